@@ -1,0 +1,194 @@
+"""The one integer table every solver reads: feasible (GPU, start, end) arcs and their weights.
+
+Scaling (see README, "Numerical honesty"). Times are integers of ``1/time_scale`` ms, where
+``time_scale`` is 10^12 unless the rig is so large that CP-SAT's objective could overflow, then a
+smaller power of ten (never below 10^6). The weights are built from per-layer and per-pair
+integers, so two plans that are equal in exact arithmetic (same compute, same held pairs) get
+equal integers:
+
+- ``layer_units[g] = round(layer_ms[g] * time_scale)``; an arc's compute is ``n * layer_units[g]``
+- ``miss_units[r]  = round(miss_ms * mass[r] * time_scale)``; an arc saves the sum over its held pairs
+- ``mass_units[r]  = round(mass[r] * 10^12)``; an arc's mass is the sum over its held pairs
+
+A plan's window is ``const_time + sum of arc time``. SPEC 3 compares windows in whole units of
+1e-6 ms, so the time objective's key is that total rounded (half up) to ``coarse`` = time_scale /
+10^6 units; all plans with the best key tie and go to the tie-breaks. Held mass compares exactly
+in units of 1e-12. Then the smallest bottleneck (``n * layer_units[g]``), then the smallest cut
+list, then the smallest GPU order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from solver.problem import Problem
+from solver.rangewalk import RangeWalk
+
+MASS_SCALE = 10**12
+#: Keep CP-SAT's sum of |objective coefficients| below this (its overflow guard is near 2^62).
+COEFF_BUDGET = 2**60
+
+
+@dataclass(frozen=True)
+class Arcs:
+    """Feasible arcs, shape (n,) each: ``gpu``, ``start``, ``end`` and integer weights.
+
+    time: arc compute minus the miss time its cache saves (units of 1/time_scale ms)
+    mass: held mass (units of 1e-12); bottleneck: arc compute (units of 1/time_scale ms)
+    """
+
+    n_layers: int
+    n_gpus: int
+    order: str
+    objective: str
+    first_stage_min_layers: int
+    layer_ms: np.ndarray
+    gpu: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    time: np.ndarray
+    mass: np.ndarray
+    bottleneck: np.ndarray
+    const_time: int
+    time_scale: int
+    twins: list[tuple[int, int]]
+
+    @property
+    def coarse(self) -> int:
+        """Fine time units per 1e-6 ms."""
+        return self.time_scale // 10**6
+
+    def __len__(self) -> int:
+        return len(self.gpu)
+
+    def index(self) -> np.ndarray:
+        """``idx[g, a, b]`` = arc number, or -1 where (g, a, b) is not an arc; shape (k, L+1, L+1)."""
+        n = self.n_layers + 1
+        idx = np.full((self.n_gpus, n, n), -1, dtype=np.int64)
+        idx[self.gpu, self.start, self.end] = np.arange(len(self))
+        return idx
+
+    def time_key(self, time: int | np.ndarray) -> int | np.ndarray:
+        """The whole number of 1e-6 ms a plan's window rounds to, from its summed arc time."""
+        half = self.coarse // 2
+        return (self.const_time + time + half) // self.coarse
+
+    def time_cap(self, best_time: int) -> int:
+        """Largest summed arc time whose key equals that of ``best_time``: the tie set's edge."""
+        key = self.time_key(best_time)
+        return key * self.coarse + self.coarse - 1 - self.coarse // 2 - self.const_time
+
+    def window_ms(self, time: int) -> float:
+        """A summed arc time as a window in ms (for bounds; plans report exact floats)."""
+        return (self.const_time + time) / self.time_scale
+
+
+def _time_scale(p: Problem, n_arcs: int) -> int:
+    """Largest power of ten <= 10^12 that keeps CP-SAT's objective sums within COEFF_BUDGET."""
+    worst_ms = float(p.layer_ms.max(initial=0.0)) * p.n_layers + p.miss_ms + p.handoff_ms * p.n_gpus + 1.0
+    scale = 10**12
+    while scale > 10**6 and worst_ms * scale * max(n_arcs, 1) >= COEFF_BUDGET:
+        scale //= 10
+    if worst_ms * scale * max(n_arcs, 1) >= COEFF_BUDGET:
+        raise ValueError("the rig's times are too large to score in whole units of 1e-6 ms")
+    return scale
+
+
+def _reachable(
+    keep: np.ndarray, gpu: np.ndarray, start: np.ndarray, end: np.ndarray, p: Problem
+) -> np.ndarray:
+    """Keep only arcs on some path from layer 0 to layer L of at most k arcs.
+
+    With the order as given, stage s is GPU s, so reachability is tracked per stage.
+    """
+    n, k = p.n_layers, p.n_gpus
+    layered = p.order == "as-given"
+    stage = gpu if layered else np.zeros_like(gpu)
+    nxt = stage + 1 if layered else stage
+    rows = k + 1 if layered else 1
+    fwd = np.zeros((rows, n + 1), dtype=bool)
+    bwd = np.zeros((rows, n + 1), dtype=bool)
+    fwd[0, 0] = True
+    bwd[rows - 1, n] = True
+    for _ in range(k):
+        on = keep & fwd[stage, start]
+        fwd[nxt[on], end[on]] = True
+        on = keep & bwd[nxt, end]
+        bwd[stage[on], start[on]] = True
+    return keep & fwd[stage, start] & bwd[nxt, end]
+
+
+def build_arcs(p: Problem, walk: RangeWalk) -> Arcs:
+    """Prune the (GPU, range) table to the arcs a feasible plan can use and weigh them."""
+    n, k = p.n_layers, p.n_gpus
+    g, a, b = np.nonzero(walk.room >= 0)
+    length = b - a
+    minlen = np.where(a == 0, np.maximum(p.min_layers[g], p.first_stage_min_layers), p.min_layers[g])
+    keep = (length >= minlen) & (length <= p.max_layers[g])
+    first_min = np.maximum(p.min_layers, p.first_stage_min_layers)
+    if p.order == "as-given":
+        head_min = np.concatenate([[0], np.cumsum(np.r_[first_min[:1], p.min_layers[1:]])])[g]
+        head_max = np.concatenate([[0], np.cumsum(p.max_layers)])[g]
+        tail = np.concatenate([np.cumsum(p.min_layers[::-1])[::-1], [0]])
+        tail_max = np.concatenate([np.cumsum(p.max_layers[::-1])[::-1], [0]])
+        keep &= (a == 0) == (g == 0)
+        keep &= (b == n) == (g == k - 1)
+        keep &= (a >= head_min) & (a <= head_max)
+        keep &= (n - b >= tail[g + 1]) & (n - b <= tail_max[g + 1])
+    else:
+        others_min = p.min_layers.sum() - p.min_layers[g]
+        others_max = p.max_layers.sum() - p.max_layers[g]
+        keep &= (a + (n - b) >= others_min) & (a + (n - b) <= others_max)
+        keep &= (k > 1) | ((a == 0) & (b == n))
+    keep = _reachable(keep, g, a, b, p) if keep.any() else keep
+    g, a, b = g[keep], a[keep], b[keep]
+    scale = _time_scale(p, len(g))
+    layer_units = np.rint(p.layer_ms * scale).astype(np.int64)
+    miss_units = np.rint(p.miss_ms * p.mass * scale).astype(np.int64)
+    mass_units = np.rint(p.mass * MASS_SCALE).astype(np.int64)
+    compute = (b - a) * layer_units[g]
+    saved = walk.held_sum(miss_units)[g, a, b]
+    mass = walk.held_sum(mass_units)[g, a, b] if p.objective == "mass" else np.zeros_like(g)
+    const = round(p.miss_ms * scale) + round(p.handoff_ms * scale) * (k - 1)
+    return Arcs(
+        n_layers=n,
+        n_gpus=k,
+        order=p.order,
+        objective=p.objective,
+        first_stage_min_layers=p.first_stage_min_layers,
+        layer_ms=p.layer_ms,
+        gpu=g,
+        start=a,
+        end=b,
+        time=compute - saved,
+        mass=mass,
+        bottleneck=compute,
+        const_time=const,
+        time_scale=scale,
+        twins=_twins(p),
+    )
+
+
+def _twins(p: Problem) -> list[tuple[int, int]]:
+    """Pairs (i, j), i < j, of identical GPUs next in rig order within their class."""
+    if p.order != "auto":
+        return []
+    keys = [
+        (
+            int(p.free[g]),
+            int(p.reserve[g]),
+            float(p.layer_ms[g]),
+            int(p.min_layers[g]),
+            int(p.max_layers[g]),
+        )
+        for g in range(p.n_gpus)
+    ]
+    last: dict[tuple, int] = {}
+    out = []
+    for g, key in enumerate(keys):
+        if key in last:
+            out.append((last[key], g))
+        last[key] = g
+    return out

@@ -1,0 +1,125 @@
+"""The ``solve`` command: ``solve RIG`` plans a rig; subcommands add tools around it."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from solver.errors import InputError
+from solver.export import ENGINES, engine_flags
+from solver.problem import Overrides, load_problem
+from solver.solvers import Limits
+
+EXIT_INPUT, EXIT_INFEASIBLE, EXIT_DISAGREE = 2, 3, 4
+
+
+class _DefaultToPlan(click.Group):
+    """A group whose default command is ``plan``: ``solve RIG`` means ``solve plan RIG``."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and args[0] not in ("--help", "-h", "--version"):
+            args = ["plan", *args]
+        return super().parse_args(ctx, args)
+
+
+@click.group(cls=_DefaultToPlan, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="moesplit")
+def cli() -> None:
+    """Plan the layer split of an MoE model over mismatched GPUs: solve RIG [options]."""
+
+
+def default_workers() -> int:
+    """CP-SAT workers: the machine's cores, at most 8."""
+    return max(1, min(8, os.cpu_count() or 1))
+
+
+@cli.command("plan")
+@click.argument("rig", type=click.Path(path_type=Path))
+@click.option("--model", type=click.Path(path_type=Path), help="Model file, instead of the rig's.")
+@click.option("--profile", type=click.Path(path_type=Path), help="Routing profile, instead of the model's.")
+@click.option(
+    "--objective",
+    type=click.Choice(["time", "mass"]),
+    help="Minimise window time, or maximise held mass.",
+)
+@click.option(
+    "--order",
+    type=click.Choice(["as-given", "auto"]),
+    help="Keep the rig's GPU order, or choose it.",
+)
+@click.option("--context", type=click.IntRange(min=0), help="Tokens of KV cache per full-attention layer.")
+@click.option(
+    "--time-limit",
+    type=click.FloatRange(min=0, min_open=True),
+    help="Stop the proof after SECONDS.",
+)
+@click.option("--check", is_flag=True, help="Also solve with an oracle (exhaustive or DP) and compare.")
+@click.option(
+    "--export", "engine", type=click.Choice(ENGINES), help="Print the engine's flags for the split."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=default_workers,
+    show_default="cores, max 8",
+    help="CP-SAT worker threads.",
+)
+def plan_cmd(
+    rig: Path,
+    model: Path | None,
+    profile: Path | None,
+    objective: str | None,
+    order: str | None,
+    context: int | None,
+    time_limit: float | None,
+    check: bool,
+    engine: str | None,
+    as_json: bool,
+    workers: int,
+) -> None:
+    """Plan RIG: choose the cuts (and GPU order) that minimise the decode window."""
+    from solver.planner import plan_rig
+    from solver.report import print_report, to_json
+
+    try:
+        problem = load_problem(rig, Overrides(model, profile, objective, order, context))
+    except InputError as exc:
+        click.echo(str(exc), err=True)
+        sys.exit(EXIT_INPUT)
+    result = plan_rig(problem, Limits(time_limit=time_limit, workers=workers), check=check)
+    flags = (
+        engine_flags(engine, result.plan.gpus, result.plan.cuts, problem.n_layers)
+        if engine and result.plan
+        else []
+    )
+    if as_json:
+        out = to_json(result)
+        if engine:
+            out["export"] = {"engine": engine, "lines": flags}
+        click.echo(json.dumps(out, indent=2))
+    else:
+        console = Console(highlight=False)
+        print_report(result, console)
+        if flags:
+            console.print(f"\n[bold]{engine}[/bold] flags:")
+            for line in flags:
+                click.echo(line)
+    if result.plan is None:
+        sys.exit(EXIT_INFEASIBLE)
+    if result.oracle is not None and not result.oracle.agrees:
+        sys.exit(EXIT_DISAGREE)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    cli()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,204 @@
+"""Validated rig and model files (SPEC section 2): pydantic models plus YAML-line-aware errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal, TypeVar
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+)
+
+from solver.units import parse_size
+from solver.yamlfile import YamlDoc, load_yaml
+
+Size = Annotated[int, BeforeValidator(parse_size)]
+Name = Annotated[str, BeforeValidator(lambda v: str(v) if isinstance(v, (int, float)) else v)]
+PositiveMs = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+NonNegMs = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+Count = Annotated[int, Field(ge=1)]
+
+
+def _tagged(one: Any, many: Any) -> Any:
+    """A value that is either one item or a list/mapping of them, with errors from the right branch."""
+    return Annotated[
+        Annotated[one, Tag("§one")] | Annotated[many, Tag("§many")],
+        Discriminator(lambda v: "§many" if isinstance(v, (list, dict)) else "§one"),
+    ]
+
+
+PerLayerSize = _tagged(Size, list[Size])
+PerLayerCount = _tagged(Annotated[int, Field(ge=0)], list[Annotated[int, Field(ge=0)]])
+PerKindSize = _tagged(Size, dict[str, Size])
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class CoverCurve(_Strict):
+    """``mass[r] = (1 - r/N)^b - (1 - (r+1)/N)^b``: the engine's measured-count curve."""
+
+    kind: Literal["cover"]
+    b: PositiveMs = 3.0
+
+
+class PowerCurve(_Strict):
+    """``mass[r] ~ (r+1)^-exponent``: a Zipf law over the global rank."""
+
+    kind: Literal["power"]
+    exponent: PositiveMs
+
+
+class CountsCurve(_Strict):
+    """``mass[r] = count[r] / sum(count)``: read off a profile that carries counts."""
+
+    kind: Literal["counts"]
+
+
+Curve = Annotated[
+    Annotated[CoverCurve, Tag("§cover")]
+    | Annotated[PowerCurve, Tag("§power")]
+    | Annotated[CountsCurve, Tag("§counts")],
+    Discriminator(lambda v: f"§{v.get('kind')}" if isinstance(v, dict) else "§none"),
+]
+
+
+class GpuConfig(_Strict):
+    """One card: its free VRAM, what to keep free, and its speed per layer."""
+
+    name: Name | None = None
+    free: Size
+    reserve: Size = 0
+    layer_ms: PositiveMs | None = None
+    sms: Count | None = None
+    clock_ghz: PositiveMs | None = None
+    min_layers: Count = 1
+    max_layers: Count | None = None
+
+
+class RigConfig(_Strict):
+    """A rig file: the GPUs in pipeline order and the run's settings."""
+
+    name: Name | None = None
+    model: str | None = None
+    context: Annotated[int, Field(ge=0)] = 0
+    miss_ms: NonNegMs = 190.0
+    handoff_ms: NonNegMs = 0.0
+    first_stage_min_layers: Count = 1
+    order: Literal["as-given", "auto"] = "as-given"
+    objective: Literal["time", "mass"] = "time"
+    gpus: Annotated[list[GpuConfig], Field(min_length=1)]
+
+
+class ModelConfig(_Strict):
+    """A model file: layer geometry, byte sizes and the routing curve."""
+
+    name: Name | None = None
+    layers: Count
+    experts: PerLayerCount
+    expert_bytes: PerLayerSize
+    profile: str | None = None
+    dense_bytes: PerLayerSize = 0
+    kinds: Annotated[list[Name], Field(min_length=1)] | None = None
+    state_bytes: PerKindSize = 0
+    kv_bytes_per_token: PerKindSize = 0
+    stage_bytes: Size = 0
+    first_stage_bytes: Size = 0
+    last_stage_bytes: Size = 0
+    curve: Curve = CoverCurve(kind="cover", b=3.0)
+
+
+_MESSAGES = {
+    "missing": "missing (required)",
+    "extra_forbidden": "unknown key",
+}
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def _explain(err: dict) -> str:
+    kind = err["type"]
+    if kind in _MESSAGES:
+        return _MESSAGES[kind]
+    if kind == "union_tag_invalid":
+        tags = ", ".join(t.strip("'§") for t in err["ctx"]["expected_tags"].split(", "))
+        got = err["input"].get("kind") if isinstance(err["input"], dict) else err["input"]
+        return f"kind must be one of {tags}; got {got!r}"
+    msg = err["msg"].removeprefix("Value error, ")
+    if kind.endswith("_type") or kind in (
+        "greater_than",
+        "greater_than_equal",
+        "too_short",
+        "finite_number",
+    ):
+        msg = f"{msg[0].lower()}{msg[1:]}, got {err['input']!r}"
+    return msg
+
+
+def validate(doc: YamlDoc, schema: type[M]) -> M:
+    """Validate a YAML document against ``schema``; the first error becomes an InputError."""
+    try:
+        return schema.model_validate(doc.data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("§")))
+        raise doc.error(loc, _explain(err)) from None
+
+
+def shown_path(path: Path) -> str:
+    """How a path is named in messages: relative to the working directory when it can be."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def relative_to(doc_file: Path, ref: str) -> Path:
+    """A path named inside a file is relative to that file."""
+    p = Path(ref).expanduser()
+    return p if p.is_absolute() else doc_file.parent / p
+
+
+def load_rig(path: Path) -> tuple[RigConfig, YamlDoc]:
+    """Read and validate a rig file, with the cross-field rules pydantic cannot say."""
+    doc = load_yaml(path, shown_path(path))
+    rig = validate(doc, RigConfig)
+    for i, gpu in enumerate(rig.gpus):
+        has_est = gpu.sms is not None or gpu.clock_ghz is not None
+        if gpu.layer_ms is not None and has_est:
+            raise doc.error(("gpus", i, "layer_ms"), "give layer_ms or sms and clock_ghz, not both")
+        if gpu.layer_ms is None and (gpu.sms is None or gpu.clock_ghz is None):
+            key = "sms" if gpu.sms is None else "clock_ghz"
+            what = "needs layer_ms, or both sms and clock_ghz" if not has_est else "missing (required)"
+            raise doc.error(("gpus", i) + ((key,) if has_est else ()), what)
+        if gpu.max_layers is not None and gpu.max_layers < gpu.min_layers:
+            raise doc.error(("gpus", i, "max_layers"), f"is below min_layers ({gpu.min_layers})")
+    return rig, doc
+
+
+def load_model(path: Path) -> tuple[ModelConfig, YamlDoc]:
+    """Read and validate a model file, checking per-layer lists and kind names."""
+    doc = load_yaml(path, shown_path(path))
+    model = validate(doc, ModelConfig)
+    for key in ("experts", "expert_bytes", "dense_bytes"):
+        value = getattr(model, key)
+        if isinstance(value, list) and len(value) != model.layers:
+            raise doc.error((key,), f"has {len(value)} entries; expected one per layer ({model.layers})")
+    if isinstance(model.kinds, list) and len(model.kinds) > model.layers:
+        raise doc.error(("kinds",), f"has {len(model.kinds)} entries, more than the {model.layers} layers")
+    kinds = set(model.kinds) if model.kinds else {"default"}
+    for key in ("state_bytes", "kv_bytes_per_token"):
+        value = getattr(model, key)
+        if isinstance(value, dict):
+            for kind in value:
+                if kind not in kinds:
+                    known = ", ".join(sorted(kinds))
+                    raise doc.error((key, kind), f"unknown layer kind (the model's kinds: {known})")
+    return model, doc

@@ -1,0 +1,115 @@
+"""Problem -> range-walk table -> arcs -> CP-SAT (hinted by DP) -> plan, baseline and oracle check."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+
+from solver.arcs import Arcs, build_arcs
+from solver.infeasible import explain
+from solver.plan import Placement, bounds_ok, evaluate, feasible
+from solver.problem import Problem
+from solver.rangewalk import walk_table
+from solver.solvers import Limits, Solution, TooLarge
+from solver.solvers.cpsat import solve_cpsat
+from solver.solvers.dp import MAX_GPUS_FREE_ORDER, solve_dp
+from solver.solvers.exhaustive import count_placements, solve_exhaustive
+from solver.solvers.proportional import solve_proportional
+
+EXHAUSTIVE_CHECK_LIMIT = 200_000
+
+
+@dataclass
+class Baseline:
+    """The proportional split, evaluated; ``plan`` is None when its cuts are not even a split."""
+
+    cuts: list[int]
+    feasible: bool
+    plan: Placement | None
+
+
+@dataclass
+class Oracle:
+    """An independent solver's answer and whether it matches the product's."""
+
+    name: str
+    status: str
+    plan: Placement | None
+    agrees: bool
+    wall_ms: float
+
+
+@dataclass
+class Result:
+    """Everything a report needs about one planning run."""
+
+    problem: Problem
+    status: str
+    plan: Placement | None
+    baseline: Baseline
+    solution: Solution
+    arcs: Arcs
+    table_ms: float
+    wall_ms: float
+    reason: str | None = None
+    oracle: Oracle | None = None
+
+
+def _hint(arcs: Arcs) -> Solution | None:
+    """The DP's best plan in rig order: exact when the order is fixed, a start when it is free."""
+    fixed = arcs if arcs.order == "as-given" else dataclasses.replace(arcs, order="as-given", twins=[])
+    sol = solve_dp(fixed)
+    return sol if sol.found else None
+
+
+def pick_oracle(arcs: Arcs) -> str | None:
+    """Exhaustive where it is cheap, else DP where it fits, else none."""
+    if count_placements(arcs) <= EXHAUSTIVE_CHECK_LIMIT:
+        return "exhaustive"
+    if arcs.order == "as-given" or arcs.n_gpus <= MAX_GPUS_FREE_ORDER:
+        return "dp"
+    return None
+
+
+def run_oracle(p: Problem, arcs: Arcs, solution: Solution) -> Oracle:
+    """Solve again with an oracle and compare plans (an unproven plan need only be no better)."""
+    name = pick_oracle(arcs)
+    if name is None:
+        return Oracle("none", "skipped", None, True, 0.0)
+    try:
+        got = solve_exhaustive(arcs) if name == "exhaustive" else solve_dp(arcs)
+    except TooLarge:
+        return Oracle(name, "skipped", None, True, 0.0)
+    plan = evaluate(p, got.gpus, got.cuts) if got.found else None
+    if solution.status == "optimal" or not solution.found:
+        agrees = (got.status, got.gpus, got.cuts) == (solution.status, solution.gpus, solution.cuts)
+    else:
+        agrees = got.found
+    return Oracle(name, got.status, plan, agrees, got.info.get("wall_ms", 0.0))
+
+
+def plan_rig(p: Problem, limits: Limits | None = None, check: bool = False) -> Result:
+    """Plan one problem end to end."""
+    limits = limits or Limits()
+    t0 = time.perf_counter()
+    walk = walk_table(p)
+    table_ms = (time.perf_counter() - t0) * 1e3
+    arcs = build_arcs(p, walk)
+    solution = solve_cpsat(arcs, limits, hint=_hint(arcs) if len(arcs) else None)
+    plan = evaluate(p, solution.gpus, solution.cuts) if solution.found else None
+    if plan is not None and not feasible(p, plan):
+        raise AssertionError(f"the solver returned an infeasible plan: {plan.gpus} {plan.cuts}")
+    base = solve_proportional(arcs)
+    base_plan = evaluate(p, base.gpus, base.cuts) if bounds_ok(p, base.cuts) else None
+    baseline = Baseline(list(base.cuts), bool(base_plan and feasible(p, base_plan)), base_plan)
+    wall_ms = (time.perf_counter() - t0) * 1e3
+    status = solution.status if solution.found or solution.status == "infeasible" else "unknown"
+    result = Result(p, status, plan, baseline, solution, arcs, table_ms, wall_ms)
+    if status == "infeasible":
+        result.reason = explain(p, walk)
+    elif status == "unknown":
+        result.reason = "the time limit ran out before any placement was found; allow more time"
+    if check:
+        result.oracle = run_oracle(p, arcs, solution)
+    return result

@@ -1,0 +1,216 @@
+"""Files -> one resolved Problem: plain numpy arrays of layer bytes, rooms, speeds and masses."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from solver.config import (
+    CountsCurve,
+    ModelConfig,
+    RigConfig,
+    load_model,
+    load_rig,
+    relative_to,
+    shown_path,
+)
+from solver.curves import pair_mass
+from solver.errors import InputError
+from solver.profile import Profile, check_against, read_profile
+
+#: Every byte quantity the planner adds up stays below this, so int64 sums are exact.
+BYTE_LIMIT = 2**62
+#: The engine's per-layer estimate: an RTX 5080 (84 SMs at 2.617 GHz) runs a layer in 0.33 ms.
+REFERENCE_LAYER_MS, REFERENCE_SMS, REFERENCE_GHZ = 0.33, 84, 2.617
+
+
+def estimate_layer_ms(sms: int, clock_ghz: float) -> float:
+    """``layer_ms = 0.33 * (84 * 2.617) / max(1, sms * clock_ghz)`` (SPEC 2.1)."""
+    return REFERENCE_LAYER_MS * (REFERENCE_SMS * REFERENCE_GHZ) / max(1.0, sms * clock_ghz)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Everything the planner needs, as arrays. L layers, k GPUs, N ranked pairs.
+
+    layer_bytes (L,)   bytes a stage holds per layer it runs (dense + state + KV at ``context``)
+    expert_bytes (L,)  bytes of one cached expert of each layer
+    pair_layer (N,)    layer of rank r; pair_bytes (N,) its cached size; mass (N,) its routed mass
+    free, reserve (k,) bytes; layer_ms (k,) ms per layer; min_layers, max_layers (k,)
+    """
+
+    rig: str
+    model: str
+    layer_bytes: np.ndarray
+    expert_bytes: np.ndarray
+    pair_layer: np.ndarray
+    pair_bytes: np.ndarray
+    mass: np.ndarray
+    free: np.ndarray
+    reserve: np.ndarray
+    layer_ms: np.ndarray
+    min_layers: np.ndarray
+    max_layers: np.ndarray
+    gpu_names: list[str]
+    stage_bytes: int = 0
+    first_stage_bytes: int = 0
+    last_stage_bytes: int = 0
+    first_stage_min_layers: int = 1
+    miss_ms: float = 190.0
+    handoff_ms: float = 0.0
+    order: str = "as-given"
+    objective: str = "time"
+    context: int = 0
+    files: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def n_layers(self) -> int:
+        return len(self.layer_bytes)
+
+    @property
+    def n_gpus(self) -> int:
+        return len(self.free)
+
+    def room(self, g: int, a: int, b: int) -> int:
+        """Exact room of GPU g running layers [a, b) (SPEC 3); negative means it does not fit."""
+        return (
+            int(self.free[g])
+            - int(self.reserve[g])
+            - self.stage_bytes
+            - (self.first_stage_bytes if a == 0 else 0)
+            - (self.last_stage_bytes if b == self.n_layers else 0)
+            - int(self.layer_bytes[a:b].sum())
+        )
+
+
+def _per_layer(value: int | list[int], n: int) -> list[int]:
+    return list(value) if isinstance(value, list) else [value] * n
+
+
+def layer_bytes_of(model: ModelConfig, context: int) -> list[int]:
+    """``dense_bytes[l] + state_bytes[kind l] + kv_bytes_per_token[kind l] * context``, exact ints."""
+    n = model.layers
+    kinds = [model.kinds[i % len(model.kinds)] for i in range(n)] if model.kinds else ["default"] * n
+
+    def by_kind(value: int | dict[str, int], kind: str) -> int:
+        return value.get(kind, 0) if isinstance(value, dict) else value
+
+    dense = _per_layer(model.dense_bytes, n)
+    return [
+        dense[i]
+        + by_kind(model.state_bytes, kinds[i])
+        + by_kind(model.kv_bytes_per_token, kinds[i]) * context
+        for i in range(n)
+    ]
+
+
+@dataclass(frozen=True)
+class Overrides:
+    """Command-line settings that replace the rig's or model's own."""
+
+    model: Path | None = None
+    profile: Path | None = None
+    objective: str | None = None
+    order: str | None = None
+    context: int | None = None
+
+
+def resolve(
+    rig: RigConfig,
+    model: ModelConfig,
+    profile: Profile,
+    *,
+    context: int,
+    rig_name: str,
+    model_name: str,
+    files: dict[str, str],
+    model_file: str,
+) -> Problem:
+    """Combine validated configs and a profile into a Problem, checking what spans the files."""
+    n = model.layers
+    experts = np.array(_per_layer(model.experts, n), dtype=np.int64)
+    expert_bytes = np.array(_per_layer(model.expert_bytes, n), dtype=object)
+    check_against(profile, experts)
+    if isinstance(model.curve, CountsCurve):
+        if profile.count is None:
+            raise InputError(
+                model_file,
+                f"the counts curve needs a profile with counts; {profile.file} has none",
+                key="curve.kind",
+            )
+        if int(profile.count.sum()) == 0:
+            raise InputError(profile.file, "every count is 0, so the counts curve has no mass")
+    layer_bytes = layer_bytes_of(model, context)
+    pair_bytes = expert_bytes[profile.layer] if len(profile) else np.zeros(0, dtype=object)
+    total = sum(layer_bytes) + int(pair_bytes.sum()) + model.stage_bytes + model.first_stage_bytes
+    total += model.last_stage_bytes
+    if total >= BYTE_LIMIT:
+        raise InputError(
+            model_file,
+            f"the model's sizes add up to {total} bytes at a context of {context}, "
+            f"beyond the 2^62 bytes moesplit plans in",
+        )
+    gpus = rig.gpus
+    layer_ms = [g.layer_ms if g.layer_ms is not None else estimate_layer_ms(g.sms, g.clock_ghz) for g in gpus]
+    return Problem(
+        rig=rig_name,
+        model=model_name,
+        layer_bytes=np.array(layer_bytes, dtype=np.int64),
+        expert_bytes=expert_bytes.astype(np.int64),
+        pair_layer=profile.layer.astype(np.int64),
+        pair_bytes=pair_bytes.astype(np.int64),
+        mass=pair_mass(model.curve, len(profile), profile.count),
+        free=np.array([g.free for g in gpus], dtype=np.int64),
+        reserve=np.array([g.reserve for g in gpus], dtype=np.int64),
+        layer_ms=np.array(layer_ms, dtype=np.float64),
+        min_layers=np.array([g.min_layers for g in gpus], dtype=np.int64),
+        max_layers=np.array([min(g.max_layers or n, n) for g in gpus], dtype=np.int64),
+        gpu_names=[g.name if g.name is not None else f"GPU {i}" for i, g in enumerate(gpus)],
+        stage_bytes=model.stage_bytes,
+        first_stage_bytes=model.first_stage_bytes,
+        last_stage_bytes=model.last_stage_bytes,
+        first_stage_min_layers=rig.first_stage_min_layers,
+        miss_ms=rig.miss_ms,
+        handoff_ms=rig.handoff_ms,
+        order=rig.order,
+        objective=rig.objective,
+        context=context,
+        files=files,
+    )
+
+
+def load_problem(rig_path: Path, overrides: Overrides | None = None) -> Problem:
+    """Read a rig, its model and profile (or the overrides) into a Problem."""
+    ov = overrides or Overrides()
+    rig, rig_doc = load_rig(rig_path)
+    if ov.model is not None:
+        model_path = ov.model
+    elif rig.model is not None:
+        model_path = relative_to(rig_path, rig.model)
+    else:
+        raise rig_doc.error(("model",), "missing (required, or give --model)")
+    model, model_doc = load_model(model_path)
+    if ov.profile is not None:
+        profile_path = ov.profile
+    elif model.profile is not None:
+        profile_path = relative_to(model_path, model.profile)
+    else:
+        raise model_doc.error(("profile",), "missing (required, or give --profile)")
+    profile = read_profile(profile_path, shown_path(profile_path))
+    if ov.objective or ov.order:
+        rig = rig.model_copy(
+            update={k: v for k, v in (("objective", ov.objective), ("order", ov.order)) if v}
+        )
+    files = {"rig": rig_doc.file, "model": model_doc.file, "profile": profile.file}
+    return resolve(
+        rig,
+        model,
+        profile,
+        context=rig.context if ov.context is None else ov.context,
+        rig_name=rig.name or rig_path.stem,
+        model_name=model.name or model_path.stem,
+        files=files,
+        model_file=model_doc.file,
+    )

@@ -1,0 +1,156 @@
+"""Results -> the JSON object of SPEC section 5, and the human table."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from solver.plan import Placement
+from solver.planner import Result
+from solver.units import format_size
+
+
+def _stage_json(plan: Placement) -> list[dict]:
+    return [
+        {
+            "gpu": s.gpu,
+            "name": s.name,
+            "start": s.start,
+            "end": s.end,
+            "layers": s.end - s.start,
+            "room_bytes": s.room_bytes,
+            "cache_bytes": s.cache_bytes,
+            "held_pairs": s.held_pairs,
+            "visible_pairs": s.visible_pairs,
+            "held_mass": s.held_mass,
+            "compute_ms": s.compute_ms,
+        }
+        for s in plan.stages
+    ]
+
+
+def _gap(value: float | None, bound: float | None) -> float | None:
+    if value is None or bound is None:
+        return None
+    return abs(value - bound) / max(abs(value), 1e-12)
+
+
+def to_json(r: Result) -> dict:
+    """The ``--json`` object: required keys of SPEC 5 plus order, context and a few counts."""
+    p, plan = r.problem, r.plan
+    sol = r.solution
+    proven = r.status == "optimal"
+    objective_value = None if plan is None else (plan.window_ms if p.objective == "time" else plan.held_mass)
+    bound = objective_value if proven else sol.bound
+    out: dict = {
+        "rig": p.rig,
+        "model": p.model,
+        "objective": p.objective,
+        "order": p.order,
+        "context": p.context,
+        "status": r.status,
+        "window_ms": plan.window_ms if plan else None,
+        "held_mass": plan.held_mass if plan else None,
+        "held_pairs": plan.held_pairs if plan else 0,
+        "cuts": plan.cuts if plan else [],
+        "gpus": plan.gpus if plan else [],
+        "stages": _stage_json(plan) if plan else [],
+    }
+    if r.reason:
+        out["reason"] = r.reason
+    base = r.baseline.plan
+    out["baseline"] = {
+        "name": "proportional",
+        "cuts": r.baseline.cuts,
+        "feasible": r.baseline.feasible,
+        "window_ms": base.window_ms if base else None,
+        "held_mass": base.held_mass if base else None,
+        "held_pairs": base.held_pairs if base else None,
+    }
+    out["solver"] = {
+        "name": sol.name,
+        "proven_optimal": proven,
+        "wall_ms": r.wall_ms,
+        "table_ms": r.table_ms,
+        "bound": bound,
+        "gap": 0.0 if proven else _gap(objective_value, bound),
+        "arcs": len(r.arcs),
+        "solves": sol.info.get("solves", 0),
+    }
+    if r.oracle is not None:
+        o = r.oracle
+        out["oracle"] = {
+            "name": o.name,
+            "status": o.status,
+            "window_ms": o.plan.window_ms if o.plan else None,
+            "held_mass": o.plan.held_mass if o.plan else None,
+            "cuts": o.plan.cuts if o.plan else [],
+            "gpus": o.plan.gpus if o.plan else [],
+            "agrees": o.agrees,
+            "wall_ms": o.wall_ms,
+        }
+    return out
+
+
+def _layers(a: int, b: int) -> str:
+    return f"{a}-{b - 1}"
+
+
+def print_report(r: Result, console: Console) -> None:
+    """Stages of the plan, the plan against the proportional baseline, and the solver's status."""
+    p, plan = r.problem, r.plan
+    title = f"{p.rig}: {p.model}, {p.n_layers} layers on {p.n_gpus} GPUs, context {p.context:,}"
+    if plan is None:
+        console.print(f"[bold]{title}[/bold]")
+        console.print(f"[red]{r.status}[/red]: {r.reason}")
+        return
+    t = Table(title=title, title_justify="left")
+    for col in ("stage", "GPU", "layers", "room", "cache", "pairs held", "held mass", "compute"):
+        t.add_column(col, justify="left" if col in ("GPU", "layers") else "right")
+    for i, s in enumerate(plan.stages):
+        t.add_row(
+            str(i),
+            f"{s.gpu}: {s.name}",
+            _layers(s.start, s.end),
+            format_size(s.room_bytes),
+            format_size(s.cache_bytes),
+            f"{s.held_pairs:,} / {s.visible_pairs:,}",
+            f"{s.held_mass:.2%}",
+            f"{s.compute_ms:.2f} ms",
+        )
+    console.print(t)
+    base = r.baseline.plan
+    c = Table(show_header=True, title_justify="left")
+    c.add_column("")
+    c.add_column(f"plan ({r.solution.name})", justify="right")
+    c.add_column("proportional", justify="right")
+    rows = [
+        ("cuts", ",".join(map(str, plan.cuts)), ",".join(map(str, r.baseline.cuts))),
+        ("window", f"{plan.window_ms:.3f} ms", f"{base.window_ms:.3f} ms" if base else "-"),
+        ("held mass", f"{plan.held_mass:.2%}", f"{base.held_mass:.2%}" if base else "-"),
+        ("pairs held", f"{plan.held_pairs:,}", f"{base.held_pairs:,}" if base else "-"),
+        (
+            "cache",
+            format_size(sum(s.cache_bytes for s in plan.stages)),
+            format_size(sum(s.cache_bytes for s in base.stages)) if base else "-",
+        ),
+        ("fits memory", "yes", "yes" if r.baseline.feasible else "[red]no[/red]"),
+    ]
+    if plan.gpus != sorted(plan.gpus):
+        rows.insert(1, ("GPU order", ",".join(map(str, plan.gpus)), ",".join(map(str, range(p.n_gpus)))))
+    for row in rows:
+        c.add_row(*row)
+    console.print(c)
+    sol = r.solution
+    proof = "optimal (proven)" if r.status == "optimal" else f"{r.status}, not proven"
+    if r.status != "optimal" and sol.bound is not None:
+        unit = "ms" if p.objective == "time" else ""
+        proof += f"; bound {sol.bound:.6g}{unit}"
+    console.print(
+        f"{sol.name}: {proof}, objective {p.objective}, order {p.order}; {r.wall_ms:.0f} ms "
+        f"(range walk {r.table_ms:.1f} ms, {len(r.arcs):,} arcs, {sol.info.get('solves', 0)} solves)"
+    )
+    if r.oracle is not None:
+        o = r.oracle
+        verdict = "agrees" if o.agrees else "[red]DISAGREES[/red]"
+        console.print(f"check: {o.name} {verdict} ({o.status}, {o.wall_ms:.0f} ms)")

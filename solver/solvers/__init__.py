@@ -1,0 +1,64 @@
+"""Solvers over one Arcs table, all with the signature ``solve(arcs, limits) -> Solution``.
+
+Every exact solver returns the same plan: the best objective key, then the smallest bottleneck,
+the smallest cut list and (free order) the smallest GPU order; see ``solver.arcs``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from solver.arcs import Arcs
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What a solve may spend: wall seconds (None = until proven), CP-SAT workers, a seed."""
+
+    time_limit: float | None = None
+    workers: int = 2
+    seed: int = 0
+    progress: object | None = None
+
+
+@dataclass(frozen=True)
+class Solution:
+    """A solver's answer: the GPU of each stage and the cut points, with how sure it is.
+
+    status: optimal | feasible | infeasible | heuristic. ``bound`` is the proven bound on the
+    objective (window ms for time, held mass for mass) when the solver proves one.
+    """
+
+    name: str
+    status: str
+    gpus: tuple[int, ...] = ()
+    cuts: tuple[int, ...] = ()
+    bound: float | None = None
+    info: dict = field(default_factory=dict)
+
+    @property
+    def found(self) -> bool:
+        return self.status in ("optimal", "feasible") and bool(self.gpus)
+
+
+class TooLarge(Exception):
+    """This oracle cannot take a problem of this size (say why in the message)."""
+
+
+def plan_arcs(
+    arcs: Arcs, gpus: tuple[int, ...], cuts: tuple[int, ...], index: np.ndarray | None = None
+) -> np.ndarray:
+    """Arc numbers of a plan's stages, -1 for a stage that is not a feasible arc."""
+    idx = arcs.index() if index is None else index
+    bounds = (0, *cuts, arcs.n_layers)
+    return np.array([idx[g, bounds[s], bounds[s + 1]] for s, g in enumerate(gpus)], dtype=np.int64)
+
+
+def plan_score(arcs: Arcs, gpus: tuple[int, ...], cuts: tuple[int, ...]) -> tuple[int, int, int] | None:
+    """(mass, time, bottleneck) of a plan in table units, or None if a stage is not an arc."""
+    ids = plan_arcs(arcs, gpus, cuts)
+    if (ids < 0).any():
+        return None
+    return int(arcs.mass[ids].sum()), int(arcs.time[ids].sum()), int(arcs.bottleneck[ids].max())
