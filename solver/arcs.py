@@ -19,6 +19,7 @@ list, then the smallest GPU order.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -192,3 +193,48 @@ def _twins(p: Problem) -> list[tuple[int, int]]:
             out.append((last[key], g))
         last[key] = g
     return out
+
+
+def subset(arcs: Arcs, keep: np.ndarray) -> Arcs:
+    """The same table restricted to the arcs where ``keep`` is True."""
+    return dataclasses.replace(
+        arcs,
+        gpu=arcs.gpu[keep],
+        start=arcs.start[keep],
+        end=arcs.end[keep],
+        time=arcs.time[keep],
+        mass=arcs.mass[keep],
+        bottleneck=arcs.bottleneck[keep],
+    )
+
+
+def best_through(arcs: Arcs, weight: np.ndarray, sense: str) -> np.ndarray:
+    """For each arc, a bound on the total ``weight`` of any whole plan that uses it, shape (n,).
+
+    ``sense`` "min" gives a lower bound, "max" an upper bound. With the order as given, stage s is
+    GPU s and the bound is exact (a forward and a backward pass over the layered graph). With a
+    free order the passes count stages but let a GPU repeat, which relaxes the plan and keeps the
+    bound valid. Used to drop arcs that cannot be part of any plan within a proven tie set.
+    """
+    n, k = arcs.n_layers, arcs.n_gpus
+    worst = np.iinfo(np.int64).max // 4 * (1 if sense == "min" else -1)
+    better = np.minimum if sense == "min" else np.maximum
+    stage = arcs.gpu if arcs.order == "as-given" else None
+    fwd = np.full((k + 1, n + 1), worst, dtype=np.int64)
+    bwd = np.full((k + 1, n + 1), worst, dtype=np.int64)
+    fwd[0, 0] = 0
+    bwd[k, n] = 0
+    for s in range(k):
+        on = np.ones(len(arcs), dtype=bool) if stage is None else stage == s
+        reach = on & (fwd[s, arcs.start] != worst)
+        better.at(fwd[s + 1], arcs.end[reach], fwd[s, arcs.start[reach]] + weight[reach])
+    for s in range(k - 1, -1, -1):
+        on = np.ones(len(arcs), dtype=bool) if stage is None else stage == s
+        reach = on & (bwd[s + 1, arcs.end] != worst)
+        better.at(bwd[s], arcs.start[reach], bwd[s + 1, arcs.end[reach]] + weight[reach])
+    through = fwd[:k, arcs.start] + weight[None, :] + bwd[1:, arcs.end]
+    dead = (fwd[:k, arcs.start] == worst) | (bwd[1:, arcs.end] == worst)
+    through[dead] = worst
+    if stage is not None:
+        return through[stage, np.arange(len(arcs))]
+    return through.min(axis=0) if sense == "min" else through.max(axis=0)

@@ -5,24 +5,29 @@ end); every GPU takes exactly one arc; flow is conserved at every inner boundary
 arcs form one path from layer 0 to layer L. With the order as given, GPU s must hand over to GPU
 s+1 at the same boundary. With a free order, identical GPUs start in rig order (symmetry).
 
-The objective is lexicographic, solved as a chain of solves on the same model, each fixing the
-level it proved before the next: held mass (mass objective), time (all plans within the best
-whole 1e-6 ms tie), the bottleneck, the cut list (a binary number over the boundaries, at most 60
-at a time), then the GPU order (free order).
+The objective is lexicographic, solved as a chain of levels: held mass (mass objective), time
+(every plan within the best whole 1e-6 ms ties), the bottleneck, the cut list (a binary number
+over the boundaries, at most 60 at a time), then the GPU order (free order). After each level its
+proven value is kept as a constraint, and arcs that cannot belong to any plan meeting the levels so
+far are dropped (``solver.arcs.best_through`` bounds each arc's best whole plan), so later levels
+solve small models.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import numpy as np
 from ortools.sat.python import cp_model
 
-from solver.arcs import Arcs
+from solver.arcs import MASS_SCALE, Arcs, best_through, subset
 from solver.solvers import Limits, Solution
 
 CHUNK_BITS = 60
+Fix = Callable[[cp_model.CpModel, list, Arcs], None]
+Objective = Callable[[cp_model.CpModel, list, Arcs], cp_model.LinearExpr]
 
 
 class _Progress(cp_model.CpSolverSolutionCallback):
@@ -36,8 +41,16 @@ class _Progress(cp_model.CpSolverSolutionCallback):
         self._report(self.objective_value, self.best_objective_bound)
 
 
-def _build(arcs: Arcs) -> tuple[cp_model.CpModel, list[cp_model.IntVar]]:
-    """The path model: variables, one-arc-per-GPU, flow conservation and symmetry breaking."""
+def _expr(x: list, ids: np.ndarray, coeffs: np.ndarray) -> cp_model.LinearExpr:
+    return cp_model.LinearExpr.weighted_sum([x[i] for i in ids], [int(c) for c in coeffs])
+
+
+def _total(x: list, coeffs: np.ndarray) -> cp_model.LinearExpr:
+    return _expr(x, np.arange(len(x)), coeffs)
+
+
+def _build(arcs: Arcs) -> tuple[cp_model.CpModel, list]:
+    """The path model: variables, one arc per GPU, flow conservation and symmetry breaking."""
     m = cp_model.CpModel()
     x = [m.new_bool_var(f"x{i}") for i in range(len(arcs))]
     n, k = arcs.n_layers, arcs.n_gpus
@@ -46,187 +59,296 @@ def _build(arcs: Arcs) -> tuple[cp_model.CpModel, list[cp_model.IntVar]]:
         m.add_exactly_one([x[i] for i in ids])
     if arcs.order == "as-given":
         for g in range(1, k):
-            ends = {int(b): [] for b in arcs.end[by_gpu[g - 1]]}
-            for i in by_gpu[g - 1]:
-                ends[int(arcs.end[i])].append(x[i])
-            starts: dict[int, list] = {}
-            for i in by_gpu[g]:
-                starts.setdefault(int(arcs.start[i]), []).append(x[i])
-            for p in set(ends) | set(starts):
-                m.add(sum(ends.get(p, [])) == sum(starts.get(p, [])))
+            prev, cur = by_gpu[g - 1], by_gpu[g]
+            for p in np.union1d(arcs.end[prev], arcs.start[cur]):
+                into = prev[arcs.end[prev] == p]
+                out = cur[arcs.start[cur] == p]
+                m.add(sum(x[i] for i in into) == sum(x[i] for i in out))
     else:
         m.add(sum(x[i] for i in np.flatnonzero(arcs.start == 0)) == 1)
         for p in range(1, n):
-            into = [x[i] for i in np.flatnonzero(arcs.end == p)]
-            out = [x[i] for i in np.flatnonzero(arcs.start == p)]
-            if into or out:
-                m.add(sum(into) == sum(out))
+            into = np.flatnonzero(arcs.end == p)
+            out = np.flatnonzero(arcs.start == p)
+            if len(into) or len(out):
+                m.add(sum(x[i] for i in into) == sum(x[i] for i in out))
         for i, j in arcs.twins:
             m.add(_expr(x, by_gpu[i], arcs.start[by_gpu[i]]) < _expr(x, by_gpu[j], arcs.start[by_gpu[j]]))
     return m, x
 
 
-def _expr(x: list, ids: np.ndarray, coeffs: np.ndarray) -> cp_model.LinearExpr:
-    return cp_model.LinearExpr.weighted_sum([x[i] for i in ids], [int(c) for c in coeffs])
-
-
+@dataclass
 class _Chain:
-    """Runs the lexicographic solves on one model under one deadline."""
+    """The lexicographic solve: the arcs still in play, the levels fixed so far, one deadline."""
 
-    def __init__(self, arcs: Arcs, limits: Limits):
-        self.arcs = arcs
-        self.limits = limits
-        self.model, self.x = _build(arcs)
-        self.deadline = None if limits.time_limit is None else time.perf_counter() + limits.time_limit
-        self.values: np.ndarray | None = None
-        self.proven = True
-        self.bound: float | None = None
-        self.solves = 0
+    root: Arcs
+    arcs: Arcs
+    limits: Limits
+    ids: np.ndarray
+    deadline: float | None
+    chosen: np.ndarray | None = None
+    fixes: list[Fix] = field(default_factory=list)
+    proven: bool = True
+    bound: float | None = None
+    solves: int = 0
+
+    def keep(self, mask: np.ndarray, spare_chosen: bool = True) -> None:
+        """Drop the arcs outside ``mask`` (but, unless told, none the incumbent uses)."""
+        if spare_chosen and self.chosen is not None:
+            mask = mask | np.isin(self.ids, self.chosen)
+        self.arcs = subset(self.arcs, mask)
+        self.ids = self.ids[mask]
 
     def _solver(self) -> cp_model.CpSolver:
-        """CP-SAT with presolve and probing off.
+        """CP-SAT with presolve and probing off, and the whole LP built up front.
 
         CP-SAT 9.15's presolve returns wrong answers on some of these models (a feasible model
         called INFEASIBLE, and wrong optima; google/or-tools#5274), which the random agreement
-        tests caught; and probing spends ~0.5 s adding 500K binary clauses to a model whose LP
-        relaxation is already tight. Without both, the box solves in milliseconds.
+        tests caught; probing spent ~0.5 s adding 500K binary clauses to the box's model; and
+        with the flow constraints added to the LP lazily, the root bound of an 8-GPU path stayed
+        far below the optimum for 20 s (added up front: 0.2 s).
         """
         s = cp_model.CpSolver()
         s.parameters.num_workers = self.limits.workers
         s.parameters.random_seed = self.limits.seed
         s.parameters.cp_model_presolve = False
         s.parameters.cp_model_probing_level = 0
+        s.parameters.add_lp_constraints_lazily = False
         if self.deadline is not None:
             s.parameters.max_time_in_seconds = max(0.01, self.deadline - time.perf_counter())
         return s
 
-    def step(self, expr: cp_model.LinearExpr, sense: str, progress: bool = False) -> int | None:
-        """Optimise ``expr``; return its proven value, or None (infeasible, or stopped unproven)."""
-        m = self.model
+    def solve(self, objective: Objective, sense: str, progress: bool = False) -> tuple[str, int | None]:
+        """Build the model on the arcs in play, apply the fixed levels, optimise one more.
+
+        Returns ("optimal", value), ("infeasible", None), or ("stopped", None) when the deadline
+        cut the proof short (``proven`` turns False and ``bound`` keeps CP-SAT's bound). A
+        solution found on the way replaces ``chosen``.
+        """
+        m, x = _build(self.arcs)
+        for fix in self.fixes:
+            fix(m, x, self.arcs)
+        expr = objective(m, x, self.arcs)
         (m.minimize if sense == "min" else m.maximize)(expr)
-        if self.values is not None:
-            m.clear_hints()
-            for var, val in zip(self.x, self.values):
+        if self.chosen is not None:
+            for var, val in zip(x, np.isin(self.ids, self.chosen)):
                 m.add_hint(var, bool(val))
         cb = _Progress(self.limits.progress) if progress and self.limits.progress else None
         s = self._solver()
         status = s.solve(m, cb)
         self.solves += 1
-        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            if status == cp_model.MODEL_INVALID:
-                raise RuntimeError(f"CP-SAT rejected the model: {m.validate()}")
-            self.proven = status == cp_model.INFEASIBLE and self.values is None
-            return None
-        self.values = np.array([s.boolean_value(v) for v in self.x], dtype=bool)
+        if status == cp_model.MODEL_INVALID:
+            raise RuntimeError(f"CP-SAT rejected the model: {m.validate()}")
+        if status == cp_model.INFEASIBLE:
+            return "infeasible", None
+        if status == cp_model.UNKNOWN:
+            self.proven = False
+            return "stopped", None
+        self.chosen = self.ids[[s.boolean_value(v) for v in x]]
         if status != cp_model.OPTIMAL:
             self.proven = False
             self.bound = s.best_objective_bound
-            return None
-        return int(s.value(expr))
+            return "stopped", None
+        return "optimal", int(s.value(expr))
+
+    def step(self, objective: Objective, sense: str, progress: bool = False) -> int | None:
+        """``solve`` for a level that must have a plan: the proven value, or None if stopped."""
+        state, value = self.solve(objective, sense, progress)
+        if state == "infeasible":
+            self.proven = self.chosen is None
+        return value
 
 
 def solve_cpsat(arcs: Arcs, limits: Limits | None = None, hint: Solution | None = None) -> Solution:
     """The exact plan by CP-SAT, or the best found when ``limits.time_limit`` stops the proof."""
     t0 = time.perf_counter()
     limits = limits or Limits()
-    if not len(arcs):
-        return Solution("cp-sat", "infeasible", info={"wall_ms": 0.0, "solves": 0})
-    chain = _Chain(arcs, limits)
-    x = chain.x
-    every = np.arange(len(arcs))
+    deadline = None if limits.time_limit is None else t0 + limits.time_limit
+    chain = _Chain(arcs, arcs, limits, np.arange(len(arcs)), deadline)
     if hint is not None and hint.found:
-        chain.values = _plan_values(arcs, hint)
-    time_expr = _expr(x, every, arcs.time)
-    done = True
+        chain.chosen = _plan_arcs(arcs, hint)
     bound = None
-    if arcs.objective == "mass":
-        mass_expr = _expr(x, every, arcs.mass)
-        best_mass = chain.step(mass_expr, "max", progress=True)
+    done = len(arcs) > 0
+    if done and arcs.objective == "mass":
+        if chain.chosen is not None:
+            chain.keep(best_through(chain.arcs, chain.arcs.mass, "max") >= int(arcs.mass[chain.chosen].sum()))
+        best_mass = chain.step(lambda m, x, a: _total(x, a.mass), "max", progress=True)
         done = best_mass is not None
-        bound = best_mass / 10**12 if done else (chain.bound / 10**12 if chain.bound is not None else None)
         if done:
-            chain.model.add(mass_expr >= best_mass)
+            bound = best_mass / MASS_SCALE
+            chain.fixes.append(lambda m, x, a, v=best_mass: m.add(_total(x, a.mass) >= v))
+            chain.keep(best_through(chain.arcs, chain.arcs.mass, "max") >= best_mass)
+        elif chain.bound is not None:
+            bound = chain.bound / MASS_SCALE
     if done:
-        best_time = chain.step(time_expr, "min", progress=arcs.objective == "time")
+        if chain.chosen is not None and arcs.objective == "time":
+            cap = arcs.time_cap(int(arcs.time[chain.chosen].sum()))
+            chain.keep(best_through(chain.arcs, chain.arcs.time, "min") <= cap)
+        best_time = chain.step(lambda m, x, a: _total(x, a.time), "min", progress=arcs.objective == "time")
         done = best_time is not None
         if arcs.objective == "time":
-            bound = (
-                arcs.window_ms(best_time)
-                if done
-                else (arcs.window_ms(int(chain.bound)) if chain.bound is not None else None)
-            )
+            bound = arcs.window_ms(best_time) if done else _ms(arcs, chain.bound)
         if done:
-            chain.model.add(time_expr <= arcs.time_cap(best_time))
-    if done:
-        done = _tie_breaks(chain)
-    info = {"wall_ms": (time.perf_counter() - t0) * 1e3, "solves": chain.solves}
-    if chain.values is None:
-        status = "infeasible" if chain.proven else "unknown"
-        return Solution("cp-sat", status, info=info)
-    gpus, cuts = _read_plan(arcs, chain.values)
+            cap = arcs.time_cap(best_time)
+            chain.fixes.append(lambda m, x, a, v=cap: m.add(_total(x, a.time) <= v))
+            chain.keep(best_through(chain.arcs, chain.arcs.time, "min") <= cap)
+    done = done and _tie_breaks(chain)
+    info = {"wall_ms": (time.perf_counter() - t0) * 1e3, "solves": chain.solves, "arcs_left": len(chain.arcs)}
+    if chain.chosen is None:
+        return Solution("cp-sat", "infeasible" if chain.proven else "unknown", info=info)
+    gpus, cuts = _read(arcs, chain.chosen)
     return Solution("cp-sat", "optimal" if done and chain.proven else "feasible", gpus, cuts, bound, info)
+
+
+def _ms(arcs: Arcs, bound: float | None) -> float | None:
+    return None if bound is None else arcs.window_ms(int(bound))
+
+
+MAX_TIES = 8
+
+
+def _enumerate_ties(chain: _Chain) -> bool | None:
+    """Find every plan in the tie set by repeated solves, each excluding the plans found so far.
+
+    True: the set had at most MAX_TIES plans and ``chain.chosen`` is now the best of them by the
+    tie-breaks (bottleneck, cuts, order), proven by exhaustion. False: too many ties, carry on
+    with the levels. None: the deadline stopped it. Each solve has the objective level's shape
+    (min time), which CP-SAT proves fast, unlike the min-max bottleneck level.
+    """
+    found = [chain.chosen]
+    fixes = list(chain.fixes)
+    while len(found) <= MAX_TIES:
+        chain.fixes = fixes + [_exclude(chain, plan) for plan in found]
+        state, _ = chain.solve(lambda m, x, a: _total(x, a.time), "min")
+        if state == "stopped":
+            chain.fixes, chain.chosen = fixes, found[0]
+            return None
+        if state == "infeasible":
+            break
+        found.append(chain.chosen)
+    chain.fixes = fixes
+    if len(found) > MAX_TIES:
+        chain.chosen = found[0]
+        return False
+    root = chain.root
+
+    def key(plan: np.ndarray) -> tuple:
+        gpus, cuts = _read(root, plan)
+        return int(root.bottleneck[plan].max()), cuts, gpus
+
+    chain.chosen = min(found, key=key)
+    return True
+
+
+def _exclude(chain: _Chain, plan: np.ndarray) -> Fix:
+    """A no-good: the arcs of ``plan`` are not all chosen again."""
+
+    def fix(m: cp_model.CpModel, x: list, a: Arcs) -> None:
+        ids = np.flatnonzero(np.isin(chain.ids, plan))
+        m.add(sum(x[i] for i in ids) <= len(plan) - 1)
+
+    return fix
+
+
+def _bottleneck_descent(chain: _Chain) -> bool:
+    """Lower the bottleneck while some tied plan has a smaller one; True once it is proven.
+
+    Each round keeps only arcs below the incumbent's bottleneck and asks for the best time: a
+    plan within the tie set there is a better incumbent, and none proves the bottleneck. This
+    stays a min-time model, where the min-max form of the level took CP-SAT minutes on 16 GPUs.
+    """
+    while True:
+        worst = int(chain.root.bottleneck[chain.chosen].max())
+        arcs, ids, chosen = chain.arcs, chain.ids, chain.chosen
+        chain.keep(arcs.bottleneck < worst, spare_chosen=False)
+        state, _ = chain.solve(lambda m, x, a: _total(x, a.time), "min")
+        if state == "stopped":
+            chain.arcs, chain.ids = arcs, ids
+            chain.chosen = chain.chosen if chain.chosen is not None else chosen
+            return False
+        if state == "infeasible":
+            chain.arcs, chain.ids, chain.chosen = arcs, ids, chosen
+            chain.keep(arcs.bottleneck <= worst)
+            return True
 
 
 def _tie_breaks(chain: _Chain) -> bool:
     """Bottleneck, then cut list, then GPU order; False if the time limit cut the chain short."""
-    arcs, m, x = chain.arcs, chain.model, chain.x
-    k, n = arcs.n_gpus, arcs.n_layers
-    z = m.new_int_var(0, int(arcs.bottleneck.max()), "bottleneck")
-    for g in range(k):
-        ids = np.flatnonzero(arcs.gpu == g)
-        m.add(z >= _expr(x, ids, arcs.bottleneck[ids]))
-    best = chain.step(z, "min")
-    if best is None:
+    settled = _enumerate_ties(chain)
+    if settled is not False:
+        return bool(settled)
+
+    if not _bottleneck_descent(chain):
         return False
-    m.add(z <= best)
-    starts = [p for p in range(1, n) if (arcs.start == p).any()]
-    used = {
-        p: _expr(x, np.flatnonzero(arcs.start == p), np.ones((arcs.start == p).sum(), np.int64))
-        for p in starts
-    }
-    for lo in range(0, len(starts), CHUNK_BITS):
-        chunk = starts[lo : lo + CHUNK_BITS]
-        weights = [1 << (len(chunk) - 1 - i) for i in range(len(chunk))]
-        u = [m.new_bool_var(f"u{p}") for p in chunk]
-        for var, p in zip(u, chunk):
-            m.add(var == used[p])
-        best = chain.step(cp_model.LinearExpr.weighted_sum(u, weights), "max")
+    k, n = chain.arcs.n_gpus, chain.arcs.n_layers
+    for lo in range(1, n, CHUNK_BITS):
+        chunk = [p for p in range(lo, min(lo + CHUNK_BITS, n)) if (chain.arcs.start == p).any()]
+        if not chunk:
+            continue
+
+        def cut_bits(m: cp_model.CpModel, x: list, a: Arcs, chunk: list[int] = chunk) -> cp_model.LinearExpr:
+            bits = []
+            for p in chunk:
+                u = m.new_bool_var(f"u{p}")
+                m.add(u == sum(x[i] for i in np.flatnonzero(a.start == p)))
+                bits.append(u)
+            return cp_model.LinearExpr.weighted_sum(
+                bits, [1 << (len(chunk) - 1 - j) for j in range(len(chunk))]
+            )
+
+        best = chain.step(cut_bits, "max")
         if best is None:
             return False
-        for i, var in enumerate(u):
-            m.add(var == (best >> (len(chunk) - 1 - i) & 1))
-    if arcs.order == "auto":
-        _, cuts = _read_plan(arcs, chain.values)
-        starts_of = (0, *cuts)
-        stage_gpu = []
-        for s, p in enumerate(starts_of):
-            ids = np.flatnonzero(arcs.start == p)
-            var = m.new_int_var(0, k - 1, f"g{s}")
-            m.add(var == _expr(x, ids, arcs.gpu[ids]))
-            stage_gpu.append(var)
+        used = {p for j, p in enumerate(chunk) if best >> (len(chunk) - 1 - j) & 1}
+        a = chain.arcs
+        idle = np.isin(a.start, [p for p in chunk if p not in used]) | np.isin(
+            a.end, [p for p in chunk if p not in used]
+        )
+        chain.keep(~idle)
+        for p in used:
+            chain.fixes.append(
+                lambda m, x, a, p=p: m.add(sum(x[i] for i in np.flatnonzero(a.start == p)) == 1)
+            )
+    if chain.arcs.order == "auto":
+        _, cuts = _read(chain.root, chain.chosen)
+        starts = (0, *cuts)
         per_chunk = max(1, int(CHUNK_BITS // np.log2(max(k, 2))))
         for lo in range(0, k, per_chunk):
-            chunk = stage_gpu[lo : lo + per_chunk]
-            weights = [k ** (len(chunk) - 1 - j) for j in range(len(chunk))]
-            expr = cp_model.LinearExpr.weighted_sum(chunk, weights)
-            best = chain.step(expr, "min")
+            stages = starts[lo : lo + per_chunk]
+
+            def order_digits(
+                m: cp_model.CpModel, x: list, a: Arcs, stages: tuple = stages
+            ) -> cp_model.LinearExpr:
+                digits = []
+                for j, p in enumerate(stages):
+                    ids = np.flatnonzero(a.start == p)
+                    g = m.new_int_var(0, k - 1, f"g{j}")
+                    m.add(g == _expr(x, ids, a.gpu[ids]))
+                    digits.append(g)
+                return cp_model.LinearExpr.weighted_sum(
+                    digits, [k ** (len(stages) - 1 - j) for j in range(len(stages))]
+                )
+
+            best = chain.step(order_digits, "min")
             if best is None:
                 return False
-            m.add(expr == best)
+            for j, p in enumerate(stages):
+                g = best // k ** (len(stages) - 1 - j) % k
+                a = chain.arcs
+                chain.keep((a.start == p) == (a.gpu == g))
     return True
 
 
-def _plan_values(arcs: Arcs, plan: Solution) -> np.ndarray:
-    """The arc Booleans of a known plan (a hint)."""
+def _plan_arcs(arcs: Arcs, plan: Solution) -> np.ndarray:
+    """Arc numbers of a known plan (a hint)."""
     bounds = (0, *plan.cuts, arcs.n_layers)
-    chosen = np.zeros(len(arcs), dtype=bool)
-    for s, g in enumerate(plan.gpus):
-        chosen |= (arcs.gpu == g) & (arcs.start == bounds[s]) & (arcs.end == bounds[s + 1])
-    return chosen
+    picks = [
+        np.flatnonzero((arcs.gpu == g) & (arcs.start == bounds[s]) & (arcs.end == bounds[s + 1]))
+        for s, g in enumerate(plan.gpus)
+    ]
+    return np.concatenate(picks)
 
 
-def _read_plan(arcs: Arcs, values: np.ndarray) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """Chosen arcs -> (GPU of each stage, cut points)."""
-    ids = np.flatnonzero(values)
+def _read(arcs: Arcs, ids: np.ndarray) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Chosen arc numbers -> (GPU of each stage, cut points)."""
     ids = ids[np.argsort(arcs.start[ids])]
     return tuple(int(g) for g in arcs.gpu[ids]), tuple(int(a) for a in arcs.start[ids][1:])
