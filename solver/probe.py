@@ -95,6 +95,7 @@ class GpuInfo:
     sms_source: str | None = None
     pcie_gen: int | None = None
     pcie_width: int | None = None
+    pcie_max: tuple[int, int] | None = None
     notes: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -217,6 +218,11 @@ def read_gpu(nvml: Any, index: int) -> GpuInfo:
     gpu.pcie_width = None if width is None else int(width)
     if gen is None or width is None:
         gpu.notes["pcie"] = str(why_gen or why_width)
+    # An idle card may train its link down; the maximum says what the slot can do.
+    max_gen, _ = _try(nvml, "nvmlDeviceGetMaxPcieLinkGeneration", handle)
+    max_width, _ = _try(nvml, "nvmlDeviceGetMaxPcieLinkWidth", handle)
+    if max_gen is not None and max_width is not None:
+        gpu.pcie_max = (int(max_gen), int(max_width))
     return gpu
 
 
@@ -303,14 +309,15 @@ def _gpu_lines(pos: int, gpu: GpuInfo, reserve_mib: int) -> list[str]:
     where.append(f"UUID {gpu.uuid}" if gpu.uuid else "UUID unknown")
     where.append(f"PCI {gpu.bus_id}" if gpu.bus_id else "PCI bus id unknown")
     if gpu.pcie_gen is not None and gpu.pcie_width is not None:
-        where.append(f"PCIe gen {gpu.pcie_gen} x{gpu.pcie_width} (current link)")
+        peak = f"; max gen {gpu.pcie_max[0]} x{gpu.pcie_max[1]}" if gpu.pcie_max else ""
+        where.append(f"PCIe gen {gpu.pcie_gen} x{gpu.pcie_width} (current link{peak})")
     else:
         where.append(f"PCIe link unknown ({gpu.notes.get('pcie', '')})")
     lines = [f"  # GPU {pos}: " + ", ".join(where)]
     lines.append(f"  - name: {json.dumps(gpu.short_name)}")
     if gpu.free is not None:
-        total = f" of {gpu.total // MIB} MiB" if gpu.total is not None else ""
-        note = f"free when probed{total} (NVML memory info {gpu.memory_api}); close other GPU programs first"
+        total = f"{gpu.total // MIB} MiB total, " if gpu.total is not None else ""
+        note = f"free when probed ({total}NVML memory info {gpu.memory_api}); close other GPU programs first"
         lines.append(_line("free", f"{gpu.free // MIB} MiB", note))
     else:
         lines.append(f"    # free: ?  EDIT: NVML could not read the memory ({gpu.notes.get('free')})")
