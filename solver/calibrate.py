@@ -21,7 +21,7 @@ from rich.table import Table
 from solver.config import load_model, shown_path
 from solver.errors import InputError
 
-#: b is searched over [B_MIN, B_MAX] on a log grid, then refined by golden section.
+#: b is searched over [B_MIN, B_MAX] on a log grid, then refined by bisection on the slope.
 B_MIN, B_MAX, GRID = 1e-4, 1e4, 8001
 
 _NUMBER = r"([0-9]*\.?[0-9]+)"
@@ -191,7 +191,7 @@ def _boot_point(boot: _Boot, shown: str, notes: list[str]) -> Point | None:
 
 
 def fit_cover(points: list[Point]) -> Fit:
-    """b > 0 minimising ``sum (1 - (1 - f_i)^b - hit_i)^2``: a log grid over b, then golden section."""
+    """b > 0 minimising ``sum (1 - (1 - f_i)^b - hit_i)^2``: a log grid over b, then bisection."""
     if not points:
         raise ValueError("no points to fit")
     f = np.array([p.f for p in points])
@@ -207,14 +207,22 @@ def fit_cover(points: list[Point]) -> Fit:
         raise InputError(
             "solve calibrate", f"the points ask for b beyond {B_MIN:g}-{B_MAX:g}: check the hit rates"
         )
+
+    # Refine on the derivative's sign change (precise to the last bit, unlike comparing flat SSE values):
+    # d SSE / d b = 2 sum r_i (1 - f_i)^b |ln(1 - f_i)|, with r_i the fitted minus the measured hit rate.
+    def slope(log_b: float) -> float:
+        q = (1.0 - f) ** math.exp(log_b)
+        return float(((1.0 - q - h) * q * -np.log1p(-f)).sum())
+
     lo, hi = grid[i - 1], grid[i + 1]
-    ratio = (math.sqrt(5.0) - 1.0) / 2.0
-    while hi - lo > 1e-13:
-        x1, x2 = hi - ratio * (hi - lo), lo + ratio * (hi - lo)
-        if sse(x1)[0] <= sse(x2)[0]:
-            hi = x2
-        else:
-            lo = x1
+    if slope(lo) < 0.0 < slope(hi):
+        for _ in range(200):
+            mid = (lo + hi) / 2.0
+            if mid in (lo, hi):
+                break
+            lo, hi = (mid, hi) if slope(mid) < 0.0 else (lo, mid)
+    else:
+        lo = hi = grid[i]
     b = math.exp((lo + hi) / 2.0)
     return Fit(b=b, points=points, fitted=cover_hit(f, b))
 
@@ -223,11 +231,14 @@ def print_fit(fit: Fit, console: Console) -> None:
     """b, then a table of each point's measured and fitted hit rate."""
     console.print(
         f"[bold]cover curve b = {fit.b:.4f}[/bold] (least squares on the hit rate, "
-        f"{len(fit.points)} point{'s' if len(fit.points) != 1 else ''}; RMS error {fit.rms_pp:.2f} pp)"
+        f"{len(fit.points)} point{'s' if len(fit.points) != 1 else ''}, RMS error {fit.rms_pp:.2f} pp)"
     )
     table = Table()
     for col in ("point", "held / ranked", "f", "measured", "fitted", "error"):
-        table.add_column(col, justify="left" if col == "point" else "right", no_wrap=True)
+        if col == "point":
+            table.add_column(col, overflow="fold")
+        else:
+            table.add_column(col, justify="right", no_wrap=True)
     for p, fitted in zip(fit.points, fit.fitted):
         table.add_row(
             p.source,
@@ -278,7 +289,7 @@ def write_curve(path: Path, b: float, note: str) -> int:
         while end > start and (not lines[end].strip() or lines[end].lstrip().startswith("#")):
             end -= 1
         indent = " " * key.start_mark.column
-        old = [f"{indent}# was: {line.strip()}\n" for line in lines[start : end + 1]]
+        old = [f"{indent}# was: {line.rstrip()[len(indent) :]}\n" for line in lines[start : end + 1]]
         lines[start : end + 1] = [f"{indent}{new}   # {note}\n", *old]
         at = start + 1
     path.write_text("".join(lines), encoding="utf-8")
