@@ -230,7 +230,7 @@ def fit_cover(points: list[Point]) -> Fit:
 def print_fit(fit: Fit, console: Console) -> None:
     """b, then a table of each point's measured and fitted hit rate."""
     console.print(
-        f"[bold]cover curve b = {fit.b:.4f}[/bold] (least squares on the hit rate, "
+        f"[bold]cover curve b = {fit.b:.4f}[/bold]  (least squares over "
         f"{len(fit.points)} point{'s' if len(fit.points) != 1 else ''}, RMS error {fit.rms_pp:.2f} pp)"
     )
     table = Table()
