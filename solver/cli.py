@@ -116,6 +116,52 @@ def plan_cmd(
         sys.exit(EXIT_DISAGREE)
 
 
+@cli.command("probe")
+@click.option("-o", "--output", type=click.Path(path_type=Path), help="Write the rig here, not to stdout.")
+@click.option("--model", type=click.Path(path_type=Path), help="Model file the rig names.")
+@click.option(
+    "--context",
+    type=click.IntRange(min=0),
+    default=32768,
+    show_default=True,
+    help="KV tokens per full-attention layer.",
+)
+@click.option("--reserve", default="700 MiB", show_default=True, help="VRAM kept free on every card.")
+@click.option("--force", is_flag=True, help="Overwrite the output file.")
+def probe_cmd(output: Path | None, model: Path | None, context: int, reserve: str, force: bool) -> None:
+    """Read the local NVIDIA GPUs (NVML) and write a rig file to edit."""
+    from solver.probe import ProbeError, run
+    from solver.units import parse_size
+
+    try:
+        reserve_bytes = parse_size(reserve)
+    except ValueError as exc:
+        click.echo(f"--reserve: {exc}", err=True)
+        sys.exit(EXIT_INPUT)
+    try:
+        text = run(output, model, context, reserve_bytes, force)
+    except ProbeError as exc:
+        click.echo(str(exc), err=True)
+        sys.exit(exc.code)
+    if output is None:
+        click.echo(text, nl=False)
+
+
+@cli.command("calibrate")
+@click.option("--point", "points", multiple=True, help="HELD/TOTAL=HIT% or FRACTION=HIT%, repeatable.")
+@click.option("--log", "logs", multiple=True, type=click.Path(path_type=Path), help="Engine log to read.")
+@click.option("--write", "model", type=click.Path(path_type=Path), help="Store the fitted curve here.")
+def calibrate_cmd(points: tuple[str, ...], logs: tuple[Path, ...], model: Path | None) -> None:
+    """Fit the cover curve's exponent b to measured cache hit rates."""
+    from solver.calibrate import run
+
+    try:
+        run(points, logs, model, Console(highlight=False))
+    except InputError as exc:
+        click.echo(str(exc), err=True)
+        sys.exit(EXIT_INPUT)
+
+
 def main() -> None:
     """Console-script entry point."""
     cli()
