@@ -19,6 +19,8 @@ from solver.profile import Profile
 
 #: No router picks more experts than this per token; a larger k is a garbled record.
 MAX_K = 65536
+#: Records read per numpy step at most, and the first window when k changes.
+CHUNK, MIN_WINDOW = 1 << 17, 64
 
 
 @dataclass(frozen=True)
@@ -100,8 +102,22 @@ def _check_run(
     raise _bad(shown, word, f"expert {e} out of range (layer {layers[i]} has {experts[layers[i]]} experts)")
 
 
-def _read_one(path: Path, shown: str, experts: np.ndarray | None) -> tuple[np.ndarray, int]:
-    """Pair keys ``layer << 32 | expert`` (one per routing event) and the number of records."""
+def _tally(keys: list[np.ndarray], counts: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Merge (distinct keys, counts) pieces into one sorted set of distinct keys with summed counts."""
+    if not keys:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    key, inverse = np.unique(np.concatenate(keys), return_inverse=True)
+    count = np.zeros(len(key), np.int64)
+    np.add.at(count, inverse, np.concatenate(counts))
+    return key, count
+
+
+def _read_one(path: Path, shown: str, experts: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, int]:
+    """Distinct pair keys ``layer << 32 | expert``, their routing events, and the number of records.
+
+    Records are taken in runs of equal k, each at most CHUNK records (bounded memory); a run's
+    window doubles while k stays the same, so a file whose k changes often is still read in O(n).
+    """
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
@@ -114,7 +130,8 @@ def _read_one(path: Path, shown: str, experts: np.ndarray | None) -> tuple[np.nd
     ints = np.frombuffer(raw, "<i4", count=n)
     floats = np.frombuffer(raw, "<f4", count=n)
     keys: list[np.ndarray] = []
-    pos, records = 0, 0
+    counts: list[np.ndarray] = []
+    pos, records, window = 0, 0, MIN_WINDOW
     while pos * 4 < len(raw):
         if pos + 2 > n:
             raise _bad(shown, pos, f"truncated: {len(raw) - 4 * pos} bytes left, a record header needs 8")
@@ -125,22 +142,25 @@ def _read_one(path: Path, shown: str, experts: np.ndarray | None) -> tuple[np.nd
         if pos + stride > n:
             need = 4 * stride
             raise _bad(shown, pos, f"truncated: k = {k} needs {need} bytes, {len(raw) - 4 * pos} left")
-        fit = (n - pos) // stride
-        ks = ints[pos + 1 : pos + 1 + fit * stride : stride]
-        run = int(np.argmin(ks == k)) if (ks != k).any() else fit
+        fit = min((n - pos) // stride, window)
+        same = ints[pos + 1 : pos + 1 + fit * stride : stride] == k
+        run = fit if same.all() else int(np.argmin(same))
+        window = min(2 * window, CHUNK) if run == fit else MIN_WINDOW
         block = slice(pos, pos + run * stride)
         rows = ints[block].reshape(run, stride)
         layers = rows[:, 0].astype(np.int64)
         ids = rows[:, 2 : 2 + k].astype(np.int64)
         weights = floats[block].reshape(run, stride)[:, 2 + k :]
         _check_run(shown, pos, stride, layers, ids, weights, experts)
-        key = (np.repeat(layers, k) << 32) | ids.ravel()
-        keys.append(key)
+        u, c = np.unique((np.repeat(layers, k) << 32) | ids.ravel(), return_counts=True)
+        keys.append(u)
+        counts.append(c)
         records += run
         pos += run * stride
-    if not keys:
-        return np.zeros(0, np.int64), 0
-    return np.concatenate(keys), records
+        if len(keys) >= 64:
+            merged = _tally(keys, counts)
+            keys, counts = [merged[0]], [merged[1]]
+    return (*_tally(keys, counts), records)
 
 
 def read_traces(paths: list[tuple[Path, str]], experts: np.ndarray | None = None) -> RoutingCounts:
@@ -148,20 +168,15 @@ def read_traces(paths: list[tuple[Path, str]], experts: np.ndarray | None = None
 
     With ``experts`` (a model's experts per layer), a pair outside the model is an error.
     """
-    uniq: list[np.ndarray] = []
-    tallies: list[np.ndarray] = []
+    keys: list[np.ndarray] = []
+    counts: list[np.ndarray] = []
     records = 0
     for path, shown in paths:
-        keys, n = _read_one(path, shown, experts)
-        u, c = np.unique(keys, return_counts=True)
-        uniq.append(u)
-        tallies.append(c)
+        u, c, n = _read_one(path, shown, experts)
+        keys.append(u)
+        counts.append(c)
         records += n
-    allkeys = np.concatenate(uniq) if uniq else np.zeros(0, np.int64)
-    key, inverse = np.unique(allkeys, return_inverse=True)
-    count = np.zeros(len(key), np.int64)
-    if tallies:
-        np.add.at(count, inverse, np.concatenate(tallies))
+    key, count = _tally(keys, counts)
     return RoutingCounts(
         layer=(key >> 32).astype(np.int64),
         expert=(key & 0xFFFFFFFF).astype(np.int64),
