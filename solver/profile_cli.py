@@ -77,11 +77,9 @@ def _validate(profile: Profile, model: Path | None) -> tuple[tuple[int, int], st
         return (len(experts), int(experts.max(initial=0))), f"from {shown_path(model)}", experts
     if profile.shape is not None:
         shape, how = profile.shape, "from the STRP header"
-    elif len(profile):
-        shape = (int(profile.layer.max()) + 1, int(profile.expert.max()) + 1)
-        how = "inferred from the pairs (largest layer + 1, largest expert + 1); give --model to set it"
     else:
-        raise InputError(profile.file, "has no pairs, so no STRP shape can be inferred; give --model")
+        shape = (int(profile.layer.max(initial=-1)) + 1, int(profile.expert.max(initial=-1)) + 1)
+        how = "inferred from the pairs (largest layer + 1, largest expert + 1); give --model to set it"
     if shape[0] == 0 and len(profile):
         raise InputError(profile.file, f"STRP header says 0 layers but ranks {len(profile)} pairs")
     check_against(profile, np.full(shape[0], shape[1], dtype=np.int64))
@@ -95,6 +93,8 @@ def _save(out: Path, profile: Profile, header: str, shape: tuple[int, int], how:
         write_text(out, profile, header, shown)
         kind = "with counts" if profile.count is not None else "ranks only"
         return f"wrote {shown}: text, {len(profile):,} pairs, {kind}"
+    if shape[0] == 0:
+        raise InputError(shown, "no pairs to take the STRP shape from; give --model")
     try:
         data = strp_bytes(profile, *shape)
     except ValueError as exc:
@@ -342,9 +342,11 @@ def show_cmd(file: Path, model: Path | None) -> None:
         covered = f"{len(layers)} of {int((experts > 0).sum())} with experts ({layer_ranges(layers)})"
     t.add_row("layers covered", covered)
     if len(layers):
+        median = float(np.median(per_layer))
+        mid = f"{median:,.0f}" if median.is_integer() else f"{median:,.1f}"
         t.add_row(
             "pairs per layer",
-            f"min {per_layer.min():,}, median {int(np.median(per_layer)):,}, max {per_layer.max():,}",
+            f"min {per_layer.min():,}, median {mid}, max {per_layer.max():,}",
         )
     if profile.count is not None:
         t.add_row("routing events", f"{int(profile.count.sum()):,} (the counts' total)")

@@ -259,6 +259,17 @@ def test_show_strp_and_model_coverage(tmp_path):
     assert "none:" in res.output and "per-layer skew" not in res.output
 
 
+def test_an_empty_profile_shows_and_converts_to_text_but_strp_needs_a_model(tmp_path):
+    src = write_profile(tmp_path / "e.txt", [])
+    res = run("profile", "show", src)
+    assert res.exit_code == 0 and "layers covered" in res.output and "none" in res.output
+    assert run("profile", "convert", src, tmp_path / "e2.txt").exit_code == 0
+    res = run("profile", "convert", src, tmp_path / "e.strp")
+    assert res.exit_code == 2 and "give --model" in res.stderr
+    res = run("profile", "convert", src, tmp_path / "e.strp", "--model", model_file(tmp_path))
+    assert res.exit_code == 0 and read_profile(tmp_path / "e.strp", "e").shape == (3, 5)
+
+
 def test_show_bad_file_is_one_line(tmp_path):
     (tmp_path / "bad.txt").write_text("0 1\n0 x\n")
     res = run("profile", "show", tmp_path / "bad.txt")
