@@ -107,12 +107,9 @@ def plan_cmd(
 
     try:
         if plot:
-            from solver.plotting import PlotUnavailable, require_matplotlib
+            from solver.plotting import require_matplotlib
 
-            try:
-                require_matplotlib()
-            except PlotUnavailable as exc:
-                raise InputError(str(plot), str(exc)) from None
+            require_matplotlib(str(plot))
         problem = load_problem(rig, Overrides(model, profile, objective, order, context))
         for path in (out, plot):
             if path:

@@ -33,17 +33,13 @@ SEGMENTS = (
 PLAN_COLOUR, BASE_COLOUR, OVER_COLOUR = "#1e88e5", "#e53935", "#c62828"
 
 
-class PlotUnavailable(Exception):
-    """matplotlib is not installed."""
-
-
-def require_matplotlib() -> None:
-    """Fail early, before planning, when the optional extra is missing."""
+def require_matplotlib(shown: str) -> None:
+    """Fail early, before planning, when the optional extra is missing (an InputError naming the PNG)."""
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        raise PlotUnavailable(
-            "--plot needs matplotlib, which is not installed: pip install 'moesplit[plot]'"
+        raise InputError(
+            shown, "--plot needs matplotlib, which is not installed: pip install 'moesplit[plot]'"
         ) from None
 
 
@@ -59,7 +55,7 @@ def stage_bytes(p: Problem, plan: Placement) -> np.ndarray:
         unused = max(s.room_bytes, 0) - s.cache_bytes
         layers = int(p.layer_bytes[s.start : s.end].sum())
         rows.append([int(p.reserve[s.gpu]), layers, buffers, s.cache_bytes, unused])
-    return np.array(rows, dtype=np.float64)
+    return np.array(rows, dtype=np.int64)
 
 
 def vram_unit(p: Problem) -> tuple[str, float]:
