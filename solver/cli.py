@@ -10,9 +10,12 @@ from pathlib import Path
 import click
 from rich.console import Console
 
+from solver.atomicfile import atomic_open, refuse_inputs
+from solver.config import shown_path
 from solver.errors import InputError
 from solver.export import ENGINES, engine_flags
 from solver.problem import Overrides, load_problem
+from solver.profile_cli import profile_group
 from solver.solvers import Limits
 
 EXIT_INPUT, EXIT_INFEASIBLE, EXIT_DISAGREE = 2, 3, 4
@@ -31,6 +34,9 @@ class _DefaultToPlan(click.Group):
 @click.version_option(package_name="moesplit")
 def cli() -> None:
     """Plan the layer split of an MoE model over mismatched GPUs: solve RIG [options]."""
+
+
+cli.add_command(profile_group)
 
 
 def default_workers() -> int:
@@ -64,6 +70,16 @@ def default_workers() -> int:
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
 @click.option(
+    "--out",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Also write the --json object to this file (atomically).",
+)
+@click.option(
+    "--plot",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Draw VRAM per GPU and the mass curve to this PNG (needs moesplit[plot]).",
+)
+@click.option(
     "--workers",
     type=click.IntRange(min=1),
     default=default_workers,
@@ -81,6 +97,8 @@ def plan_cmd(
     check: bool,
     engine: str | None,
     as_json: bool,
+    out: Path | None,
+    plot: Path | None,
     workers: int,
 ) -> None:
     """Plan RIG: choose the cuts (and GPU order) that minimise the decode window."""
@@ -88,7 +106,16 @@ def plan_cmd(
     from solver.report import print_report, to_json
 
     try:
+        if plot:
+            from solver.plotting import require_matplotlib
+
+            require_matplotlib(str(plot))
         problem = load_problem(rig, Overrides(model, profile, objective, order, context))
+        for path in (out, plot):
+            if path:
+                refuse_inputs(path, shown_path(path), [Path(f) for f in problem.files.values()])
+        if out and plot:
+            refuse_inputs(plot, shown_path(plot), [out], "the --out file")
     except InputError as exc:
         click.echo(str(exc), err=True)
         sys.exit(EXIT_INPUT)
@@ -98,11 +125,23 @@ def plan_cmd(
         if engine and result.plan
         else []
     )
+    report = to_json(result)
+    if engine:
+        report["export"] = {"engine": engine, "lines": flags}
+    try:
+        if out:
+            with atomic_open(out, shown_path(out)) as f:
+                json.dump(report, f, indent=2)
+                f.write("\n")
+        if plot:
+            from solver.plotting import plot_result
+
+            plot_result(result, plot, shown_path(plot))
+    except InputError as exc:
+        click.echo(str(exc), err=True)
+        sys.exit(EXIT_INPUT)
     if as_json:
-        out = to_json(result)
-        if engine:
-            out["export"] = {"engine": engine, "lines": flags}
-        click.echo(json.dumps(out, indent=2))
+        click.echo(json.dumps(report, indent=2))
     else:
         console = Console(highlight=False)
         print_report(result, console)

@@ -14,8 +14,10 @@ def engine_flags(engine: str, gpus: list[int], cuts: list[int], n_layers: int) -
     reordered = list(gpus) != sorted(gpus)
     devices = [f"CUDA_VISIBLE_DEVICES={','.join(map(str, gpus))}"] if reordered else []
     if engine == "strata":
-        config = {"layer_split": cuts}
-        return [*devices, f"--layer-split {','.join(map(str, cuts))}", json.dumps(config)[1:-1]]
+        config = json.dumps({"layer_split": cuts})[1:-1]
+        if not cuts:  # one stage: an empty --layer-split would be a broken flag
+            return [*devices, "# one GPU runs every layer: no --layer-split needed", config]
+        return [*devices, f"--layer-split {','.join(map(str, cuts))}", config]
     if engine == "vllm":
         return [*devices, f"VLLM_PP_LAYER_PARTITION={joined}"]
     if engine == "llama.cpp":

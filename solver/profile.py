@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from solver.atomicfile import write_atomic
 from solver.errors import InputError
 
 STRP_MAGIC = b"STRP"
@@ -154,13 +155,18 @@ def check_against(profile: Profile, experts: np.ndarray) -> None:
         raise InputError(profile.file, f"{what} ranked twice{seen}", line)
 
 
-def write_text(path: Path, profile: Profile, header: str = "") -> None:
-    """Write ``layer expert [count]`` lines, hottest first, after ``#`` header lines."""
+def text_image(profile: Profile, header: str = "") -> str:
+    """The text format: ``#`` header lines, then ``layer expert [count]`` lines, hottest first."""
     lines = [f"# {h}" if h else "#" for h in header.splitlines()]
     cols = [profile.layer, profile.expert] + ([profile.count] if profile.count is not None else [])
     body = np.column_stack(cols) if len(profile) else np.zeros((0, len(cols)), np.int64)
     lines += [" ".join(map(str, row)) for row in body.tolist()]
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return "\n".join(lines) + "\n"
+
+
+def write_text(path: Path, profile: Profile, header: str = "", shown: str | None = None) -> None:
+    """Write the text format atomically (see solver.atomicfile)."""
+    write_atomic(path, shown or str(path), text_image(profile, header))
 
 
 def strp_bytes(profile: Profile, n_layers: int, n_expert: int) -> bytes:

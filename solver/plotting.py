@@ -1,0 +1,189 @@
+"""``--plot FILE.png``: the plan and the proportional baseline side by side, and the mass curve.
+
+Per GPU a stacked bar splits the card's free VRAM into reserve, layers (dense weights, session state
+and KV cache of the stage's layers), stage buffers, expert cache held and room left unused, so a
+card with stranded VRAM stands out. The mass curve is the cumulative mass of the ranked pairs,
+hottest first; each plan's point (pairs held, mass held) sits on or below it, because each stage
+caches only its own layers' pairs. matplotlib (``moesplit[plot]``) is imported here, lazily.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from solver.atomicfile import atomic_open
+from solver.errors import InputError
+from solver.plan import Placement
+from solver.planner import Result
+from solver.problem import Problem
+
+#: Binary units for the VRAM axis, largest first; the plot uses the largest that fits the biggest card.
+UNITS = (("GiB", 2.0**30), ("MiB", 2.0**20), ("KiB", 2.0**10), ("B", 1.0))
+#: (label, colour) of the bar segments, bottom to top.
+SEGMENTS = (
+    ("reserve", "#9e9e9e"),
+    ("layers: dense + state + KV", "#5c6bc0"),
+    ("stage buffers", "#90a4ae"),
+    ("expert cache held", "#43a047"),
+    ("room left unused", "#ffca28"),
+)
+PLAN_COLOUR, BASE_COLOUR, OVER_COLOUR = "#1e88e5", "#e53935", "#c62828"
+
+
+def require_matplotlib(shown: str) -> None:
+    """Fail early, before planning, when the optional extra is missing (an InputError naming the PNG)."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise InputError(
+            shown, "--plot needs matplotlib, which is not installed: pip install 'moesplit[plot]'"
+        ) from None
+
+
+def stage_bytes(p: Problem, plan: Placement) -> np.ndarray:
+    """Bytes per stage (rows, pipeline order) of each segment in SEGMENTS order; negative room is 0."""
+    rows = []
+    for s in plan.stages:
+        buffers = (
+            p.stage_bytes
+            + (p.first_stage_bytes if s.start == 0 else 0)
+            + (p.last_stage_bytes if s.end == p.n_layers else 0)
+        )
+        unused = max(s.room_bytes, 0) - s.cache_bytes
+        layers = int(p.layer_bytes[s.start : s.end].sum())
+        rows.append([int(p.reserve[s.gpu]), layers, buffers, s.cache_bytes, unused])
+    return np.array(rows, dtype=np.int64)
+
+
+def vram_unit(p: Problem) -> tuple[str, float]:
+    """The largest binary unit in which the biggest card's free VRAM is at least 1."""
+    biggest = float(p.free.max(initial=1))
+    return next(((name, size) for name, size in UNITS if biggest >= size), UNITS[-1])
+
+
+def _bars(ax: Any, p: Problem, plan: Placement | None, title: str) -> None:
+    ax.set_title(title, fontsize=10, loc="left")
+    if plan is None:
+        ax.text(0.5, 0.5, "no placement", ha="center", va="center", transform=ax.transAxes)
+        ax.set_xticks([])
+        ax.set_yticks([])
+        return
+    unit, size = vram_unit(p)
+    parts = stage_bytes(p, plan) / size
+    x = np.arange(len(plan.stages))
+    bottom = np.zeros(len(x))
+    for (label, colour), col in zip(SEGMENTS, parts.T):
+        ax.bar(x, col, 0.7, bottom=bottom, color=colour, label=label, edgecolor="white", linewidth=0.5)
+        bottom += col
+    for i, s in enumerate(plan.stages):
+        free = p.free[s.gpu] / size
+        ax.hlines(
+            free, i - 0.42, i + 0.42, color="black", linewidth=1.5, label="free VRAM" if i == 0 else None
+        )
+        if s.room_bytes < 0:
+            ax.bar(i, bottom[i] - free, 0.7, bottom=free, fill=False, hatch="///", edgecolor=OVER_COLOUR)
+            ax.text(
+                i,
+                bottom[i],
+                f"over by\n{-s.room_bytes / size:.2f} {unit}",
+                ha="center",
+                va="bottom",
+                color=OVER_COLOUR,
+                fontsize=8,
+                fontweight="bold",
+            )
+        else:
+            ax.text(i, free, f"{s.held_mass:.1%}\nof mass", ha="center", va="bottom", fontsize=8)
+    many = len(x) > 6
+    labels = [f"GPU {s.gpu}: {s.name}\nlayers {s.start}-{s.end - 1}" for s in plan.stages]
+    ax.set_xticks(
+        x, labels, fontsize=7 if many else 8, rotation=45 if many else 0, ha="right" if many else "center"
+    )
+    ax.set_ylabel(f"VRAM ({unit})")
+    ax.grid(axis="y", alpha=0.3)
+    ax.set_axisbelow(True)
+
+
+def _curve(ax: Any, p: Problem, marks: list[tuple[str, Placement, str]]) -> None:
+    mass = np.sort(p.mass)[::-1]
+    n = len(mass)
+    x = np.arange(n + 1) / max(n, 1) * 100
+    y = np.concatenate([[0.0], np.cumsum(mass)]) * 100
+    ax.plot(x, y, color="black", linewidth=1.5, label="hottest pairs first (the best any cache can do)")
+    for (label, plan, colour), marker, size in zip(marks, "oX", (11, 8)):
+        fx, fy = plan.held_pairs / max(n, 1) * 100, plan.held_mass * 100
+        ax.plot([fx, fx], [0, fy], color=colour, linestyle=":", linewidth=1)
+        ax.plot([0, fx], [fy, fy], color=colour, linestyle=":", linewidth=1)
+        ax.plot(
+            fx,
+            fy,
+            marker,
+            color=colour,
+            markersize=size,
+            linestyle="none",
+            label=f"{label}: {plan.held_pairs:,} pairs ({fx:.1f}%) hold {fy:.2f}%",
+        )
+    ax.set_xlim(-1, 101)
+    ax.set_ylim(0, 102)
+    ax.set_xlabel("pairs held (% of the profile's ranked pairs)")
+    ax.set_ylabel("routed mass held (%)")
+    ax.set_title("mass curve", fontsize=10, loc="left")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8)
+
+
+def _summary(plan: Placement | None, fits: bool = True) -> str:
+    if plan is None:
+        return "no placement"
+    cuts = ",".join(map(str, plan.cuts)) or "none"
+    order = "" if plan.gpus == sorted(plan.gpus) else f", GPU order {','.join(map(str, plan.gpus))}"
+    tail = "" if fits else ", DOES NOT FIT"
+    return f"cuts {cuts}{order}: {plan.window_ms:.2f} ms, {plan.held_mass:.2%} held{tail}"
+
+
+def plot_result(r: Result, path: Path, shown: str) -> None:
+    """Draw ``r`` and write the PNG atomically to ``path``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    p, plan, base = r.problem, r.plan, r.baseline.plan
+    k = p.n_gpus
+    bar_w = max(4.0, 1.1 * k + 1.5)
+    if k <= 6:  # one row: plan | baseline | curve
+        mosaic, ratios, size = [["plan", "base", "curve"]], [bar_w, bar_w, 6.5], (2 * bar_w + 6.5, 6.2)
+    else:  # many GPUs: plan over baseline, curve beside them
+        mosaic, ratios, size = [["plan", "curve"], ["base", "curve"]], [bar_w, 7.0], (bar_w + 7.0, 10.5)
+    fig, axes = plt.subplot_mosaic(mosaic, figsize=size, width_ratios=ratios, layout="constrained")
+    _bars(axes["plan"], p, plan, f"plan ({r.solution.name}, {r.status})\n{_summary(plan)}")
+    _bars(axes["base"], p, base, f"proportional baseline\n{_summary(base, r.baseline.feasible)}")
+    top = max(axes["plan"].get_ylim()[1], axes["base"].get_ylim()[1]) * 1.08
+    for name in ("plan", "base"):
+        axes[name].set_ylim(0, top)
+    marks = [
+        (m, pl, c) for m, pl, c in (("plan", plan, PLAN_COLOUR), ("proportional", base, BASE_COLOUR)) if pl
+    ]
+    _curve(axes["curve"], p, marks)
+    handles, labels = axes["plan" if plan else "base"].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncol=len(labels), fontsize=8, frameon=False)
+    windows = f"plan {plan.window_ms:.2f} ms" if plan else "no feasible plan"
+    if base is not None:
+        windows += f" vs proportional {base.window_ms:.2f} ms" + (
+            "" if r.baseline.feasible else " (does not fit)"
+        )
+    fig.suptitle(
+        f"{p.rig}: {p.model}, {p.n_layers} layers on {k} GPU{'s' if k > 1 else ''}, context {p.context:,}; "
+        f"predicted window {windows}",
+        fontsize=11,
+    )
+    try:
+        with atomic_open(path, shown, binary=True) as f:
+            fig.savefig(f, format="png", dpi=110)
+    except ValueError as exc:
+        raise InputError(shown, f"cannot draw the plot: {exc}") from None
+    finally:
+        plt.close(fig)

@@ -1,0 +1,104 @@
+"""``--plot FILE.png``: a real PNG for feasible, baseline-over and infeasible rigs; lazy and optional."""
+
+from __future__ import annotations
+
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from factory import random_problem
+from rigfiles import tiny_rig
+
+from solver.cli import cli
+from solver.planner import plan_rig
+from solver.plotting import stage_bytes
+
+pytest.importorskip("matplotlib")
+
+
+@pytest.fixture(autouse=True)
+def in_tmp(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+
+
+def run(*args: str | Path):
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    raw = path.read_bytes()
+    assert raw[:8] == b"\x89PNG\r\n\x1a\n" and raw[12:16] == b"IHDR"
+    return struct.unpack(">II", raw[16:24])
+
+
+@pytest.mark.parametrize(
+    "gpus",
+    [
+        None,  # the default small + big pair
+        [{"name": "only", "free": 5000, "layer_ms": 1.0}],
+        [{"free": 900 + 150 * i, "layer_ms": 0.5 + 0.1 * i} for i in range(8)],  # the two-row layout
+    ],
+)
+def test_plot_writes_a_plausible_png(tmp_path, gpus):
+    rig = tiny_rig(tmp_path, gpus=gpus)
+    res = run(rig, "--plot", "plan.png")
+    assert res.exit_code == 0, res.output
+    width, height = png_size(tmp_path / "plan.png")
+    assert 800 <= width <= 4000 and 400 <= height <= 2000
+    assert (tmp_path / "plan.png").stat().st_size > 20_000
+    assert "proportional" in res.stdout  # the table still prints
+
+
+def test_plot_draws_an_infeasible_rig_and_still_exits_3(tmp_path):
+    rig = tiny_rig(tmp_path, gpus=[{"free": 100, "layer_ms": 1.0}, {"free": 100, "layer_ms": 1.0}])
+    res = run(rig, "--plot", "plan.png", "--json")
+    assert res.exit_code == 3
+    assert png_size(tmp_path / "plan.png")[0] > 800
+
+
+def test_bar_segments_add_up_to_the_free_vram():
+    for seed in range(6):
+        p = random_problem(seed, n_layers=7, n_gpus=3)
+        r = plan_rig(p)
+        for plan in (r.plan, r.baseline.plan):
+            if plan is None:
+                continue
+            parts = stage_bytes(p, plan)
+            for s, row in zip(plan.stages, parts):
+                assert (row >= 0).all()
+                if s.room_bytes >= 0:
+                    assert row.sum() == p.free[s.gpu]
+                else:  # over: the parts exceed the card by exactly the missing room
+                    assert row.sum() == p.free[s.gpu] - s.room_bytes
+
+
+def test_without_matplotlib_it_is_one_line_and_no_plan(tmp_path, monkeypatch):
+    rig = tiny_rig(tmp_path)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    res = run(rig, "--plot", "plan.png")
+    assert res.exit_code == 2
+    assert res.stderr.strip().splitlines() == [
+        "plan.png: --plot needs matplotlib, which is not installed: pip install 'moesplit[plot]'"
+    ]
+    assert res.stdout == "" and not (tmp_path / "plan.png").exists()
+
+
+def test_planning_does_not_import_matplotlib(root):
+    code = "import sys, solver.cli, solver.planner, solver.report; print('matplotlib' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_mass_curve_points_lie_on_or_below_the_curve():
+    """Each plan's (pairs held, mass held) can be no better than the hottest pairs overall."""
+    for seed in range(6):
+        p = random_problem(seed, n_layers=7, n_gpus=3)
+        r = plan_rig(p)
+        best = np.concatenate([[0.0], np.cumsum(np.sort(p.mass)[::-1])])
+        for plan in (r.plan, r.baseline.plan):
+            if plan is not None:
+                assert plan.held_mass <= best[plan.held_pairs] + 1e-12
