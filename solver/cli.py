@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
 import click
@@ -42,6 +44,18 @@ cli.add_command(profile_group)
 def default_workers() -> int:
     """CP-SAT workers: the machine's cores, at most 8."""
     return max(1, min(8, os.cpu_count() or 1))
+
+
+def _progress(enabled: bool) -> tuple[Callable[[str, float, float], None] | None, AbstractContextManager]:
+    """A status line on stderr with the incumbent and the proven bound, for terminals only."""
+    if not enabled:
+        return None, nullcontext()
+    status = Console(stderr=True).status("planning: building the range walk and the model")
+
+    def report(what: str, incumbent: float, bound: float) -> None:
+        status.update(f"solving: best {what} {incumbent:.6g}, proven bound {bound:.6g}")
+
+    return report, status
 
 
 @cli.command("plan")
@@ -119,7 +133,11 @@ def plan_cmd(
     except InputError as exc:
         click.echo(str(exc), err=True)
         sys.exit(EXIT_INPUT)
-    result = plan_rig(problem, Limits(time_limit=time_limit, workers=workers), check=check)
+    progress, display = _progress(enabled=not as_json and sys.stderr.isatty())
+    with display:
+        result = plan_rig(
+            problem, Limits(time_limit=time_limit, workers=workers, progress=progress), check=check
+        )
     flags = (
         engine_flags(engine, result.plan.gpus, result.plan.cuts, problem.n_layers)
         if engine and result.plan

@@ -6,6 +6,7 @@ the smallest cut list and (free order) the smallest GPU order; see ``solver.arcs
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -15,12 +16,15 @@ from solver.arcs import Arcs
 
 @dataclass(frozen=True)
 class Limits:
-    """What a solve may spend: wall seconds (None = until proven), CP-SAT workers, a seed."""
+    """What a solve may spend: wall seconds (None = until proven), CP-SAT workers, a seed.
+
+    ``progress(what, incumbent, bound)`` is called on each improving solution of the objective.
+    """
 
     time_limit: float | None = None
     workers: int = 2
     seed: int = 0
-    progress: object | None = None
+    progress: Callable[[str, float, float], None] | None = None
 
 
 @dataclass(frozen=True)

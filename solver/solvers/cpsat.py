@@ -31,14 +31,16 @@ Objective = Callable[[cp_model.CpModel, list, Arcs], cp_model.LinearExpr]
 
 
 class _Progress(cp_model.CpSolverSolutionCallback):
-    """Reports each improving solution's objective and the bound to a callable."""
+    """Reports each improving solution and the proven bound, in the user's units, to a callable."""
 
-    def __init__(self, report: Callable[[float, float], None]):
+    def __init__(
+        self, report: Callable[[str, float, float], None], what: str, scale: Callable[[float], float]
+    ):
         super().__init__()
-        self._report = report
+        self._report, self._what, self._scale = report, what, scale
 
     def on_solution_callback(self) -> None:
-        self._report(self.objective_value, self.best_objective_bound)
+        self._report(self._what, self._scale(self.objective_value), self._scale(self.best_objective_bound))
 
 
 def _expr(x: list, ids: np.ndarray, coeffs: np.ndarray) -> cp_model.LinearExpr:
@@ -132,7 +134,13 @@ class _Chain:
         if self.chosen is not None:
             for var, val in zip(x, np.isin(self.ids, self.chosen)):
                 m.add_hint(var, bool(val))
-        cb = _Progress(self.limits.progress) if progress and self.limits.progress else None
+        cb = None
+        if progress and self.limits.progress:
+            a = self.root
+            if a.objective == "mass":
+                cb = _Progress(self.limits.progress, "held mass", lambda v: v / MASS_SCALE)
+            else:
+                cb = _Progress(self.limits.progress, "window ms", lambda v: (a.const_time + v) / a.time_scale)
         s = self._solver()
         status = s.solve(m, cb)
         self.solves += 1
