@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -104,23 +105,22 @@ def print_report(r: Result, console: Console) -> None:
         console.print(f"[bold]{title}[/bold]")
         console.print(f"[red]{r.status}[/red]: {r.reason}")
         return
-    t = Table(title=title, title_justify="left")
-    for col in ("stage", "GPU", "layers", "room", "cache", "pairs held", "held mass", "compute"):
-        t.add_column(col, justify="left" if col in ("GPU", "layers") else "right")
-    for i, s in enumerate(plan.stages):
+    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    for col in ("GPU", "layers", "room", "cache", "pairs held", "mass", "compute"):
+        t.add_column(col, justify="left" if col in ("GPU", "layers") else "right", no_wrap=True)
+    for s in plan.stages:
         t.add_row(
-            str(i),
-            f"{s.gpu}: {s.name}",
+            f"{s.gpu} {s.name}",
             _layers(s.start, s.end),
             format_size(s.room_bytes),
             format_size(s.cache_bytes),
-            f"{s.held_pairs:,} / {s.visible_pairs:,}",
+            f"{s.held_pairs:,}/{s.visible_pairs:,}",
             f"{s.held_mass:.2%}",
             f"{s.compute_ms:.2f} ms",
         )
     console.print(t)
     base = r.baseline.plan
-    c = Table(show_header=True, title_justify="left")
+    c = Table(show_header=True, box=box.SIMPLE_HEAD, pad_edge=False)
     c.add_column("")
     c.add_column(f"plan ({r.solution.name})", justify="right")
     c.add_column("proportional", justify="right")
