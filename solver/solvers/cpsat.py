@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
+import pandas as pd
 from ortools.sat.python import cp_model
 
 from solver.arcs import MASS_SCALE, Arcs, best_through, subset
@@ -27,7 +28,7 @@ from solver.solvers import Limits, Solution
 
 CHUNK_BITS = 60
 Fix = Callable[[cp_model.CpModel, list, Arcs], None]
-Objective = Callable[[cp_model.CpModel, list, Arcs], cp_model.LinearExpr]
+Objective = Callable[[cp_model.CpModel, list, Arcs], cp_model.LinearExpr | np.ndarray]
 
 
 class _Progress(cp_model.CpSolverSolutionCallback):
@@ -47,35 +48,52 @@ def _expr(x: list, ids: np.ndarray, coeffs: np.ndarray) -> cp_model.LinearExpr:
     return cp_model.LinearExpr.weighted_sum([x[i] for i in ids], [int(c) for c in coeffs])
 
 
-def _total(x: list, coeffs: np.ndarray) -> cp_model.LinearExpr:
-    return _expr(x, np.arange(len(x)), coeffs)
-
-
 def _build(arcs: Arcs) -> tuple[cp_model.CpModel, list]:
     """The path model: variables, one arc per GPU, flow conservation and symmetry breaking."""
     m = cp_model.CpModel()
-    x = [m.new_bool_var(f"x{i}") for i in range(len(arcs))]
+    x = list(m.new_bool_var_series("x", pd.RangeIndex(len(arcs))))
+    xs = np.empty(len(x), dtype=object)
+    xs[:] = x
     n, k = arcs.n_layers, arcs.n_gpus
     by_gpu = [np.flatnonzero(arcs.gpu == g) for g in range(k)]
     for ids in by_gpu:
-        m.add_exactly_one([x[i] for i in ids])
+        m.add_exactly_one(xs[ids].tolist())
     if arcs.order == "as-given":
         for g in range(1, k):
             prev, cur = by_gpu[g - 1], by_gpu[g]
             for p in np.union1d(arcs.end[prev], arcs.start[cur]):
-                into = prev[arcs.end[prev] == p]
-                out = cur[arcs.start[cur] == p]
-                m.add(sum(x[i] for i in into) == sum(x[i] for i in out))
+                into = xs[prev[arcs.end[prev] == p]].tolist()
+                out = xs[cur[arcs.start[cur] == p]].tolist()
+                m.add(cp_model.LinearExpr.sum(into) == cp_model.LinearExpr.sum(out))
     else:
-        m.add(sum(x[i] for i in np.flatnonzero(arcs.start == 0)) == 1)
+        m.add(cp_model.LinearExpr.sum(xs[arcs.start == 0].tolist()) == 1)
         for p in range(1, n):
-            into = np.flatnonzero(arcs.end == p)
-            out = np.flatnonzero(arcs.start == p)
-            if len(into) or len(out):
-                m.add(sum(x[i] for i in into) == sum(x[i] for i in out))
+            into, out = xs[arcs.end == p].tolist(), xs[arcs.start == p].tolist()
+            if into or out:
+                m.add(cp_model.LinearExpr.sum(into) == cp_model.LinearExpr.sum(out))
         for i, j in arcs.twins:
             m.add(_expr(x, by_gpu[i], arcs.start[by_gpu[i]]) < _expr(x, by_gpu[j], arcs.start[by_gpu[j]]))
     return m, x
+
+
+def _set_total(m: cp_model.CpModel, coeffs: np.ndarray, sense: str) -> None:
+    """Objective ``sum coeffs[i] * x[i]`` written straight into the proto (the API's loop is slow)."""
+    m.clear_objective()
+    obj = m.proto.objective
+    obj.vars.extend(range(len(coeffs)))
+    if sense == "min":
+        obj.coeffs.extend(coeffs.tolist())
+    else:
+        obj.coeffs.extend((-coeffs).tolist())
+        obj.scaling_factor = -1
+
+
+def _bound_total(m: cp_model.CpModel, coeffs: np.ndarray, lo: int, hi: int) -> None:
+    """Constraint ``lo <= sum coeffs[i] * x[i] <= hi``, written straight into the proto."""
+    linear = m.proto.constraints.add().linear
+    linear.vars.extend(range(len(coeffs)))
+    linear.coeffs.extend(coeffs.tolist())
+    linear.domain.extend([lo, hi])
 
 
 @dataclass
@@ -130,7 +148,10 @@ class _Chain:
         for fix in self.fixes:
             fix(m, x, self.arcs)
         expr = objective(m, x, self.arcs)
-        (m.minimize if sense == "min" else m.maximize)(expr)
+        if isinstance(expr, np.ndarray):
+            _set_total(m, expr, sense)
+        else:
+            (m.minimize if sense == "min" else m.maximize)(expr)
         if self.chosen is not None:
             for var, val in zip(x, np.isin(self.ids, self.chosen)):
                 m.add_hint(var, bool(val))
@@ -151,12 +172,13 @@ class _Chain:
         if status == cp_model.UNKNOWN:
             self.proven = False
             return "stopped", None
-        self.chosen = self.ids[[s.boolean_value(v) for v in x]]
+        picked = np.array([s.boolean_value(v) for v in x], dtype=bool)
+        self.chosen = self.ids[picked]
         if status != cp_model.OPTIMAL:
             self.proven = False
             self.bound = s.best_objective_bound
             return "stopped", None
-        return "optimal", int(s.value(expr))
+        return "optimal", int(expr[picked].sum()) if isinstance(expr, np.ndarray) else int(s.value(expr))
 
     def step(self, objective: Objective, sense: str, progress: bool = False) -> int | None:
         """``solve`` for a level that must have a plan: the proven value, or None if stopped."""
@@ -179,11 +201,11 @@ def solve_cpsat(arcs: Arcs, limits: Limits | None = None, hint: Solution | None 
     if done and arcs.objective == "mass":
         if chain.chosen is not None:
             chain.keep(best_through(chain.arcs, chain.arcs.mass, "max") >= int(arcs.mass[chain.chosen].sum()))
-        best_mass = chain.step(lambda m, x, a: _total(x, a.mass), "max", progress=True)
+        best_mass = chain.step(lambda m, x, a: a.mass, "max", progress=True)
         done = best_mass is not None
         if done:
             bound = best_mass / MASS_SCALE
-            chain.fixes.append(lambda m, x, a, v=best_mass: m.add(_total(x, a.mass) >= v))
+            chain.fixes.append(lambda m, x, a, v=best_mass: _bound_total(m, a.mass, v, cp_model.INT_MAX))
             chain.keep(best_through(chain.arcs, chain.arcs.mass, "max") >= best_mass)
         elif chain.bound is not None:
             bound = chain.bound / MASS_SCALE
@@ -191,13 +213,13 @@ def solve_cpsat(arcs: Arcs, limits: Limits | None = None, hint: Solution | None 
         if chain.chosen is not None and arcs.objective == "time":
             cap = arcs.time_cap(int(arcs.time[chain.chosen].sum()))
             chain.keep(best_through(chain.arcs, chain.arcs.time, "min") <= cap)
-        best_time = chain.step(lambda m, x, a: _total(x, a.time), "min", progress=arcs.objective == "time")
+        best_time = chain.step(lambda m, x, a: a.time, "min", progress=arcs.objective == "time")
         done = best_time is not None
         if arcs.objective == "time":
             bound = arcs.window_ms(best_time) if done else _ms(arcs, chain.bound)
         if done:
             cap = arcs.time_cap(best_time)
-            chain.fixes.append(lambda m, x, a, v=cap: m.add(_total(x, a.time) <= v))
+            chain.fixes.append(lambda m, x, a, v=cap: _bound_total(m, a.time, cp_model.INT_MIN, v))
             chain.keep(best_through(chain.arcs, chain.arcs.time, "min") <= cap)
     done = done and _tie_breaks(chain)
     info = {"wall_ms": (time.perf_counter() - t0) * 1e3, "solves": chain.solves, "arcs_left": len(chain.arcs)}
@@ -226,7 +248,7 @@ def _enumerate_ties(chain: _Chain) -> bool | None:
     fixes = list(chain.fixes)
     while len(found) <= MAX_TIES:
         chain.fixes = fixes + [_exclude(chain, plan) for plan in found]
-        state, _ = chain.solve(lambda m, x, a: _total(x, a.time), "min")
+        state, _ = chain.solve(lambda m, x, a: a.time, "min")
         if state == "stopped":
             chain.fixes, chain.chosen = fixes, found[0]
             return None
@@ -268,7 +290,7 @@ def _bottleneck_descent(chain: _Chain) -> bool:
         worst = int(chain.root.bottleneck[chain.chosen].max())
         arcs, ids, chosen = chain.arcs, chain.ids, chain.chosen
         chain.keep(arcs.bottleneck < worst, spare_chosen=False)
-        state, _ = chain.solve(lambda m, x, a: _total(x, a.time), "min")
+        state, _ = chain.solve(lambda m, x, a: a.time, "min")
         if state == "stopped":
             chain.arcs, chain.ids = arcs, ids
             chain.chosen = chain.chosen if chain.chosen is not None else chosen
