@@ -36,10 +36,11 @@ def explain(p: Problem, walk: RangeWalk) -> str:
         return f"the GPUs' max_layers add up to {int(p.max_layers.sum())}, fewer than the model's {n} layers"
     avail = p.free - p.reserve
     for g in range(k):
-        need = _least_need(p, g)
-        if need is not None and need > int(avail[g]):
+        least = _least_need(p, g)
+        if least is not None and least[0] > int(avail[g]):
+            need, count = least
             return (
-                f"{_gpu(p, g)} cannot hold its minimum of {_layers(int(p.min_layers[g]))}: it needs "
+                f"{_gpu(p, g)} cannot hold its minimum of {_layers(count)}: it needs "
                 f"{format_size(need)} and has {format_size(int(avail[g]))} after its reserve"
             )
     weights = int(p.layer_bytes.sum()) + k * p.stage_bytes + p.first_stage_bytes + p.last_stage_bytes
@@ -139,8 +140,8 @@ def _core_reason(p: Problem, walk: RangeWalk, time_limit: float = 10.0) -> str:
     return f"no split respects {listed} at once; relaxing any one of them makes a plan possible"
 
 
-def _least_need(p: Problem, g: int) -> int | None:
-    """Fewest bytes GPU g needs for its shortest allowed range, over the positions it may take."""
+def _least_need(p: Problem, g: int) -> tuple[int, int] | None:
+    """(bytes, layers) of GPU g's least demanding allowed range, over the positions it may take."""
     n, k, m = p.n_layers, p.n_gpus, int(p.min_layers[g])
     needs = []
     for a in range(n):
@@ -151,5 +152,5 @@ def _least_need(p: Problem, g: int) -> int | None:
             if (a == 0) != (g == 0) or (b == n) != (g == k - 1):
                 continue
         if b <= n:
-            needs.append(int(p.free[g] - p.reserve[g]) - p.room(g, a, b))
+            needs.append((int(p.free[g] - p.reserve[g]) - p.room(g, a, b), b - a))
     return min(needs) if needs else None
