@@ -62,48 +62,37 @@ class _Graph:
 
     def forward(self, allowed: np.ndarray) -> dict[int, tuple[np.ndarray, np.ndarray]]:
         """Best (mass, time) from the start to every (level, boundary)."""
-        a, n = self.arcs, self.arcs.n_layers + 1
-        start_m = np.full(n, NONE, dtype=np.int64)
-        start_m[0] = 0
-        table = {self.levels[0]: (start_m, np.zeros(n, dtype=np.int64))}
-        for level in self.levels[1:]:
-            parts = []
-            for prev, ids in self.entering(level):
-                if prev not in table:
-                    continue
-                ids = ids[allowed[ids]]
-                pm, pt = table[prev]
-                parts.append(
-                    (
-                        a.end[ids],
-                        np.where(pm[a.start[ids]] >= 0, pm[a.start[ids]] + a.mass[ids], NONE),
-                        pt[a.start[ids]] + a.time[ids],
-                    )
-                )
-            if parts:
-                best = _best(*(np.concatenate(x) for x in zip(*parts)), n)
-                if (best[0] >= 0).any():
-                    table[level] = best
-        return table
+        return self._sweep(allowed, self.levels, self.entering, self.arcs.start, self.arcs.end, 0)
 
     def backward(self, allowed: np.ndarray) -> dict[int, tuple[np.ndarray, np.ndarray]]:
         """Best (mass, time) from every (level, boundary) to the end."""
+        levels = self.levels[::-1]
+        return self._sweep(allowed, levels, self.leaving, self.arcs.end, self.arcs.start, self.arcs.n_layers)
+
+    def _sweep(
+        self, allowed: np.ndarray, levels: list[int], links, src: np.ndarray, dst: np.ndarray, origin: int
+    ) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+        """One DP pass over ``levels``: a state's best is the best of its linked states plus an arc.
+
+        ``links(level)`` gives (linked level, arc numbers); an arc carries the linked state's value
+        from its ``src`` boundary to its ``dst`` boundary. Forward: src = start, dst = end.
+        """
         a, n = self.arcs, self.arcs.n_layers + 1
-        end_m = np.full(n, NONE, dtype=np.int64)
-        end_m[n - 1] = 0
-        table = {self.final: (end_m, np.zeros(n, dtype=np.int64))}
-        for level in reversed(self.levels[:-1]):
+        first = np.full(n, NONE, dtype=np.int64)
+        first[origin] = 0
+        table = {levels[0]: (first, np.zeros(n, dtype=np.int64))}
+        for level in levels[1:]:
             parts = []
-            for nxt, ids in self.leaving(level):
-                if nxt not in table:
+            for linked, ids in links(level):
+                if linked not in table:
                     continue
                 ids = ids[allowed[ids]]
-                nm, nt = table[nxt]
+                lm, lt = table[linked]
                 parts.append(
                     (
-                        a.start[ids],
-                        np.where(nm[a.end[ids]] >= 0, nm[a.end[ids]] + a.mass[ids], NONE),
-                        nt[a.end[ids]] + a.time[ids],
+                        dst[ids],
+                        np.where(lm[src[ids]] >= 0, lm[src[ids]] + a.mass[ids], NONE),
+                        lt[src[ids]] + a.time[ids],
                     )
                 )
             if parts:
