@@ -15,6 +15,7 @@ from pydantic import (
     ValidationError,
 )
 
+from solver.errors import brief
 from solver.units import parse_size
 from solver.yamlfile import YamlDoc, load_yaml
 
@@ -130,7 +131,7 @@ def _explain(err: dict) -> str:
     if kind == "union_tag_invalid":
         tags = ", ".join(t.strip("'§") for t in err["ctx"]["expected_tags"].split(", "))
         got = err["input"].get("kind") if isinstance(err["input"], dict) else err["input"]
-        return f"kind must be one of {tags}; got {got!r}"
+        return f"kind must be one of {tags}; got {brief(got)}"
     msg = err["msg"].removeprefix("Value error, ")
     if kind.endswith("_type") or kind in (
         "greater_than",
@@ -138,7 +139,7 @@ def _explain(err: dict) -> str:
         "too_short",
         "finite_number",
     ):
-        msg = f"{msg[0].lower()}{msg[1:]}, got {err['input']!r}"
+        msg = f"{msg[0].lower()}{msg[1:]}, got {brief(err['input'])}"
     return msg
 
 

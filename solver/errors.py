@@ -2,6 +2,20 @@
 
 from __future__ import annotations
 
+#: Longest quoted input value a message shows; the rest is elided (a message stays one short line).
+SHOWN_CHARS = 60
+
+
+def one_line(text: str) -> str:
+    """``text`` with every run of whitespace (newlines included) as one space."""
+    return " ".join(text.split())
+
+
+def brief(value: object) -> str:
+    """``repr(value)`` for a message, cut to SHOWN_CHARS characters."""
+    text = repr(value)
+    return text if len(text) <= SHOWN_CHARS else f"{text[: SHOWN_CHARS - 3]}..."
+
 
 class InputError(Exception):
     """Invalid input: a file, optionally the YAML line and key path, and a one-line message."""
@@ -9,8 +23,8 @@ class InputError(Exception):
     def __init__(self, file: str, message: str, line: int | None = None, key: str | None = None):
         self.file = file
         self.line = line
-        self.key = key
-        self.message = " ".join(message.split())
+        self.key = one_line(key) if key else key
+        self.message = one_line(message)
         super().__init__(str(self))
 
     def __str__(self) -> str:

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from solver.atomicfile import write_atomic
-from solver.errors import InputError
+from solver.errors import InputError, brief
 
 STRP_MAGIC = b"STRP"
 _HEADER = struct.Struct("<4s5I")
@@ -89,7 +89,7 @@ def _read_text(raw: bytes, shown: str) -> Profile:
     for row, n in zip(rows, linenos):
         if len(row) not in (2, 3):
             raise InputError(
-                shown, f"expected 'layer expert' or 'layer expert count', got {' '.join(row)!r}", n
+                shown, f"expected 'layer expert' or 'layer expert count', got {brief(' '.join(row))}", n
             )
     if len(widths) > 1:
         n = linenos[next(i for i, r in enumerate(rows) if len(r) != len(rows[0]))]
@@ -102,7 +102,7 @@ def _read_text(raw: bytes, shown: str) -> Profile:
                 try:
                     int(field)
                 except ValueError:
-                    raise InputError(shown, f"expected whole numbers, got {field!r}", n) from None
+                    raise InputError(shown, f"expected whole numbers, got {brief(field)}", n) from None
         raise InputError(shown, "a number is too large") from None
     bad = np.flatnonzero((values < 0).any(axis=1))
     if bad.size:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from decimal import ROUND_FLOOR, Decimal, InvalidOperation
 
+from solver.errors import brief
+
 UNITS: dict[str, int] = {
     "B": 1,
     "KB": 10**3,
@@ -27,7 +29,7 @@ def parse_size(value: object) -> int:
     a bare ``11.5`` could mean bytes or GiB.
     """
     if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise ValueError(f"expected a size (bytes, or a string like '11.2 GiB'), got {value!r}")
+        raise ValueError(f"expected a size (bytes, or a string like '11.2 GiB'), got {brief(value)}")
     if isinstance(value, int):
         size = value
     else:
@@ -35,16 +37,16 @@ def parse_size(value: object) -> int:
         unit = match.group(2) if match else ""
         if not match or (unit and unit not in UNITS):
             units = " ".join(UNITS)
-            raise ValueError(f"expected a size like '11.2 GiB' (units {units}), got {value!r}")
+            raise ValueError(f"expected a size like '11.2 GiB' (units {units}), got {brief(value)}")
         try:
             number = Decimal(match.group(1))
         except InvalidOperation as exc:  # pragma: no cover - the regex admits only decimals
-            raise ValueError(f"expected a size, got {value!r}") from exc
+            raise ValueError(f"expected a size, got {brief(value)}") from exc
         size = int((number * UNITS[unit or "B"]).to_integral_value(rounding=ROUND_FLOOR))
     if size < 0:
-        raise ValueError(f"a size cannot be negative, got {value!r}")
+        raise ValueError(f"a size cannot be negative, got {brief(value)}")
     if size > INT64_MAX:
-        raise ValueError(f"{value!r} is beyond the largest size, 2^63-1 bytes")
+        raise ValueError(f"{brief(value)} is beyond the largest size, 2^63-1 bytes")
     return size
 
 

@@ -1,0 +1,178 @@
+"""Reader regressions through the real CLI: each bad input gives exit 2 and one exact line.
+
+The fuzzed counterparts are in test_fuzz.py; the inputs they start from are in inputs.py.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from clirun import check_plan, input_error, invoke, key_line, outcome
+from inputs import MODEL, RIG, at, dump, files, key_name, write_base
+
+from solver.yamlfile import MAX_DEPTH, MAX_VALUES
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory) -> Path:
+    return write_base(tmp_path_factory.mktemp("readers"))
+
+
+def test_unknown_layer_kind(base, write):
+    model = copy.deepcopy(MODEL)
+    model["state_bytes"]["moe"] = 5
+    path = write("k.yaml", dump(model))
+    msg = input_error(invoke(base / "rig.yaml", "--model", path), files(base, path))
+    assert msg.line == key_line(dump(model), ("state_bytes", "moe"))
+    assert msg.rest.startswith("state_bytes.moe: unknown layer kind")
+
+
+REQUIRED = {
+    "rig": [("gpus",), ("gpus", 0, "free"), ("gpus", 2, "free"), ("model",)],
+    "model": [("layers",), ("experts",), ("expert_bytes",), ("profile",)],
+}
+
+
+@pytest.mark.parametrize(("which", "path"), [(w, p) for w, ps in REQUIRED.items() for p in ps])
+def test_missing_required_keys(base, write, which, path):
+    doc = copy.deepcopy(RIG if which == "rig" else MODEL)
+    del at(doc, path[:-1])[path[-1]]
+    p = write(f"{which}.yaml", dump(doc))
+    args = [p] if which == "rig" else [base / "rig.yaml", "--model", p]
+    msg = input_error(invoke(*args), files(base, p))
+    assert msg.file == str(p)
+    assert msg.rest.startswith(f"{key_name(path)}: missing (required")
+    assert msg.line == key_line(dump(doc), path[:-1])  # the mapping that lacks it
+
+
+@pytest.mark.parametrize("key", ["experts", "expert_bytes", "dense_bytes"])
+@pytest.mark.parametrize("n", [0, 1, 5, 7, 60])
+def test_per_layer_lists_of_the_wrong_length(base, write, key, n):
+    model = copy.deepcopy(MODEL)
+    model[key] = [4 if key == "experts" else "1 MiB"] * n
+    p = write("m.yaml", dump(model))
+    msg = input_error(invoke(base / "rig.yaml", "--model", p), files(base, p))
+    assert msg.rest.startswith(f"{key}: has {n} entries; expected one per layer (6)")
+    assert msg.line == key_line(dump(model), (key,))
+
+
+def test_kinds_longer_than_the_layers(base, write):
+    model = copy.deepcopy(MODEL)
+    model["kinds"] = ["linear", "full"] * 4
+    p = write("m.yaml", dump(model))
+    msg = input_error(invoke(base / "rig.yaml", "--model", p), files(base, p))
+    assert msg.rest.startswith("kinds: has 8 entries, more than the 6 layers")
+
+
+@pytest.mark.parametrize(
+    ("text", "expect"),
+    [
+        (b"", "is empty"),
+        (b"# only a comment\n", "is empty"),
+        (b"---\n", "expected a mapping of keys at the top level"),
+        (b"- free: 1\n- free: 2\n", "expected a mapping of keys at the top level"),
+        (b"just words\n", "expected a mapping of keys at the top level"),
+        (b"a: 1\n---\nb: 2\n", "expected one YAML document holding a mapping"),
+        (b"gpus: [\n", "YAML syntax error"),
+        (b"gpus:\n\t- free: 1\n", "YAML syntax error"),
+        (b"name: caf\xe9\n", "not UTF-8 text"),
+        (b"\xff\xfe\x00n\x00a\x00m\x00e\x00", "not UTF-8 text"),
+        (b"name: a\x00b\n", "YAML error"),
+        (b"name: !!python/object:os.system x\n", "bad value"),
+        (b"a: &x [*x]\n", "an alias refers to the value that contains it"),
+        (b"a: &x {b: *x}\n", "an alias refers to the value that contains it"),
+        (b"a: &x {<<: *x}\n", "an alias refers to the value that contains it"),
+        (b"a: *nowhere\n", "YAML syntax error"),
+        (b"a: 1\na: 2\n", "duplicate key"),
+        (b"? [a, b]\n: 1\n", "a mapping key must be a plain word"),
+        (b"gpus:\n  - <<: 5\n", "a merge (<<) takes a mapping or a list of mappings"),
+    ],
+)
+def test_yaml_files_that_are_not_rigs(write, text, expect):
+    p = write("bad.yaml", text)
+    msg = input_error(invoke(p), [p])
+    assert expect in msg.rest
+
+
+def test_deep_nesting(write):
+    p = write("deep.yaml", "gpus: " + "[" * 3000 + "]" * 3000 + "\n")
+    assert "nested more than" in input_error(invoke(p), [p]).rest
+    p = write("deep2.yaml", "gpus: " + "[" * (MAX_DEPTH + 3) + "]" * (MAX_DEPTH + 3) + "\n")
+    msg = input_error(invoke(p), [p])
+    assert msg.line == 1 and "nested more than" in msg.rest
+
+
+def test_alias_bomb_is_refused_quickly(write):
+    """Nine levels of nine aliases would expand to 387 million values (the billion laughs)."""
+    lines = ["a0: &a0 [1, 1, 1, 1, 1, 1, 1, 1, 1]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 9)]
+    p = write("bomb.yaml", "\n".join(lines) + "\n")
+    msg = input_error(invoke(p), [p])
+    assert f"over {MAX_VALUES:,} values" in msg.rest
+
+
+def test_merge_keys_give_identical_gpus(base, write):
+    """``<<: *anchor`` copies a GPU; keys set next to it win; an error inside names the merging line."""
+    text = (
+        "model: model.yaml\nfirst_stage_min_layers: 2\ngpus:\n"
+        "  - &card {name: A, free: 60 MiB, layer_ms: 0.9}\n"
+        "  - <<: *card\n    name: B\n"
+        "  - <<: [{free: 70 MiB, layer_ms: 0.5}, *card]\n    name: C\n"
+    )
+    p = base / "merge.yaml"
+    p.write_text(text)
+    result = invoke(p)
+    assert outcome(result, files(base, p)) == "plan"
+
+    stages = {s["name"]: s for s in json.loads(result.stdout)["stages"]}
+    assert set(stages) == {"A", "B", "C"}
+    # C took free and layer_ms from the first source in its list
+    assert stages["C"]["compute_ms"] == pytest.approx(0.5 * (stages["C"]["end"] - stages["C"]["start"]))
+    bad = text.replace("free: 60 MiB", "free: sixty")
+    p.write_text(bad)
+    msg = input_error(invoke(p), [p])
+    assert (msg.line, msg.rest) == (
+        4,
+        "gpus[0].free: expected a size like '11.2 GiB' (units B KB MB GB TB KiB MiB GiB TiB), got 'sixty'",
+    )
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "gpus: " + "[" * 3000 + "]" * 3000,
+        "a: &x [*x]\ngpus: []",
+        "\n".join(
+            ["a0: &a0 [1, 1, 1, 1, 1, 1, 1, 1, 1]"]
+            + [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 9)]
+        ),
+    ],
+    ids=["deep", "self-alias", "alias-bomb"],
+)
+def test_in_a_real_process(write, case):
+    """The installed entry point, as a user runs it: one line on stderr, exit 2, within seconds."""
+    p = write("r.yaml", case + "\n")
+    proc = subprocess.run(
+        [sys.executable, "-c", "from solver.cli import main; main()", str(p), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stdout == "" and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith(str(p))
+
+
+def test_plans_from_the_shipped_files_are_valid(base):
+
+    for rig in sorted((ROOT / "rigs").glob("*.yaml")):
+        result = invoke(rig)
+        check_plan(json.loads(result.stdout))
