@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -21,9 +22,25 @@ from solver.yamlfile import YamlDoc, load_yaml
 
 Size = Annotated[int, BeforeValidator(parse_size)]
 Name = Annotated[str, BeforeValidator(lambda v: str(v) if isinstance(v, (int, float)) else v)]
-PositiveMs = Annotated[float, Field(gt=0, allow_inf_nan=False)]
-NonNegMs = Annotated[float, Field(ge=0, allow_inf_nan=False)]
-Count = Annotated[int, Field(ge=1)]
+#: Largest time (ms), clock (GHz) or curve parameter a file may give: far above any real one, and
+#: small enough that windows still score in whole units of 1e-6 ms (see solver.arcs).
+REAL_MAX = 1e6
+#: Largest count (layers, experts, SMs, layer limits): counts go into int64 arrays and their sums.
+COUNT_MAX = 2**31 - 1
+#: A decimal in exponent form that YAML 1.2 reads as a number but PyYAML (YAML 1.1) as a string: ``1e-3``.
+_EXPONENT_FORM = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)[eE][-+]?[0-9]+")
+
+
+def _yaml12_float(value: object) -> object:
+    """``1e-3`` as YAML 1.2 reads it; anything else unchanged for the strict float check."""
+    return float(value) if isinstance(value, str) and _EXPONENT_FORM.fullmatch(value) else value
+
+
+PositiveMs = Annotated[float, BeforeValidator(_yaml12_float), Field(gt=0, le=REAL_MAX, allow_inf_nan=False)]
+NonNegMs = Annotated[float, BeforeValidator(_yaml12_float), Field(ge=0, le=REAL_MAX, allow_inf_nan=False)]
+Count = Annotated[int, Field(ge=1, le=COUNT_MAX)]
+Whole = Annotated[int, Field(ge=0, le=COUNT_MAX)]
+FilePath = Annotated[str, Field(min_length=1)]
 
 
 def _tagged(one: Any, many: Any) -> Any:
@@ -35,7 +52,7 @@ def _tagged(one: Any, many: Any) -> Any:
 
 
 PerLayerSize = _tagged(Size, list[Size])
-PerLayerCount = _tagged(Annotated[int, Field(ge=0)], list[Annotated[int, Field(ge=0)]])
+PerLayerCount = _tagged(Whole, list[Whole])
 PerKindSize = _tagged(Size, dict[str, Size])
 
 
@@ -88,7 +105,7 @@ class RigConfig(_Strict):
     """A rig file: the GPUs in pipeline order and the run's settings."""
 
     name: Name | None = None
-    model: str | None = None
+    model: FilePath | None = None
     context: Annotated[int, Field(ge=0)] = 0
     miss_ms: NonNegMs = 190.0
     handoff_ms: NonNegMs = 0.0
@@ -105,7 +122,7 @@ class ModelConfig(_Strict):
     layers: Count
     experts: PerLayerCount
     expert_bytes: PerLayerSize
-    profile: str | None = None
+    profile: FilePath | None = None
     dense_bytes: PerLayerSize = 0
     kinds: Annotated[list[Name], Field(min_length=1)] | None = None
     state_bytes: PerKindSize = 0
@@ -136,11 +153,28 @@ def _explain(err: dict) -> str:
     if kind.endswith("_type") or kind in (
         "greater_than",
         "greater_than_equal",
+        "less_than_equal",
         "too_short",
+        "string_too_short",
         "finite_number",
     ):
         msg = f"{msg[0].lower()}{msg[1:]}, got {brief(err['input'])}"
     return msg
+
+
+_TAGS = {"§one", "§many", "§cover", "§power", "§counts"}
+
+
+def _key_path(loc: tuple) -> tuple:
+    """An error location without the union tags pydantic puts right after a field name.
+
+    A user's key that happens to read like a tag is kept: it follows an index, a tag or nothing.
+    """
+    return tuple(
+        part
+        for i, part in enumerate(loc)
+        if not (part in _TAGS and i > 0 and isinstance(loc[i - 1], str) and loc[i - 1] not in _TAGS)
+    )
 
 
 def validate(doc: YamlDoc, schema: type[M]) -> M:
@@ -149,7 +183,7 @@ def validate(doc: YamlDoc, schema: type[M]) -> M:
         return schema.model_validate(doc.data)
     except ValidationError as exc:
         err = exc.errors()[0]
-        loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("§")))
+        loc = _key_path(err["loc"])
         raise doc.error(loc, _explain(err)) from None
 
 

@@ -144,6 +144,21 @@ def test_merge_keys_give_identical_gpus(base, write):
     )
 
 
+@pytest.mark.parametrize("key", ["§", "§one", "§many"])
+@pytest.mark.parametrize("where", [(), ("gpus", 0), ("curve",), ("state_bytes",)])
+def test_keys_that_look_like_internal_tags(base, write, key, where):
+    """pydantic's union tags are dropped from error paths; a user's key spelled like one is not."""
+    which = "model" if where in (("curve",), ("state_bytes",)) else "rig"
+    doc = copy.deepcopy(RIG if which == "rig" else MODEL)
+    at(doc, where)[key] = 1
+    p = write("t.yaml", dump(doc))
+    args = [p] if which == "rig" else [base / "rig.yaml", "--model", p]
+    msg = input_error(invoke(*args), [p])
+    assert msg.line == key_line(dump(doc), (*where, key))
+    expect = "unknown layer kind" if where == ("state_bytes",) else "unknown key"
+    assert msg.rest.startswith(f"{key_name((*where, key))}: {expect}"), msg
+
+
 @pytest.mark.parametrize(
     "case",
     [
@@ -176,3 +191,53 @@ def test_plans_from_the_shipped_files_are_valid(base):
     for rig in sorted((ROOT / "rigs").glob("*.yaml")):
         result = invoke(rig)
         check_plan(json.loads(result.stdout))
+
+
+@pytest.mark.parametrize(
+    ("which", "path"),
+    [
+        ("rig", ("gpus", 2, "min_layers")),
+        ("rig", ("gpus", 0, "max_layers")),
+        ("rig", ("gpus", 1, "sms")),
+        ("rig", ("first_stage_min_layers",)),
+        ("model", ("layers",)),
+        ("model", ("experts",)),
+    ],
+)
+@pytest.mark.parametrize("value", [2**31, 2**63, 2**70, 10**400])
+def test_absurd_counts(base, write, which, path, value):
+    """Counts past 2^31 - 1 are refused at their key (they used to overflow int64 arrays: a traceback)."""
+    doc = copy.deepcopy(RIG if which == "rig" else MODEL)
+    at(doc, path[:-1])[path[-1]] = value
+    p = write("absurd.yaml", dump(doc))
+    args = [p] if which == "rig" else [base / "rig.yaml", "--model", p]
+    msg = input_error(invoke(*args), [p])
+    assert msg.line == key_line(dump(doc), path)
+    assert msg.rest.startswith(f"{key_name(path)}: input should be less than or equal to 2147483647, got ")
+
+
+@pytest.mark.parametrize("key", ["layer_ms", "clock_ghz"])
+@pytest.mark.parametrize(("value", "ok"), [("1e-3", True), ("5E-1", True), ("1.5e+2", True), ("1e7", False)])
+def test_numbers_in_exponent_form(base, write, key, value, ok):
+    """``1e-3`` is a number in YAML 1.2 (PyYAML reads a string); past 10^6 it is refused at its key."""
+    rig = copy.deepcopy(RIG)
+    gpu = rig["gpus"][0 if key == "layer_ms" else 1]
+    p = base / "e.yaml"
+    p.write_text(dump(rig).replace(f"{key}: {gpu[key]}", f"{key}: {value}"))
+    result = invoke(p)
+    if ok:
+        assert outcome(result, [p]) == "plan"
+    else:
+        assert input_error(result, [p]).rest.endswith(
+            f"input should be less than or equal to 1000000, got '{value}'"
+        )
+
+
+@pytest.mark.parametrize(("which", "key"), [("rig", "model"), ("model", "profile")])
+def test_empty_paths(base, write, which, key):
+    doc = copy.deepcopy(RIG if which == "rig" else MODEL)
+    doc[key] = ""
+    p = write("empty.yaml", dump(doc))
+    args = [p] if which == "rig" else [base / "rig.yaml", "--model", p]
+    msg = input_error(invoke(*args), [p])
+    assert msg.rest == f"{key}: string should have at least 1 character, got ''"
