@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from decimal import ROUND_FLOOR, Decimal, InvalidOperation
+from decimal import ROUND_FLOOR, Context, Decimal, InvalidOperation
 
 from solver.errors import brief
 
@@ -40,14 +40,28 @@ def parse_size(value: object) -> int:
             raise ValueError(f"expected a size like '11.2 GiB' (units {units}), got {brief(value)}")
         try:
             number = Decimal(match.group(1))
-        except InvalidOperation as exc:  # pragma: no cover - the regex admits only decimals
+        except InvalidOperation as exc:  # an exponent beyond what Decimal can hold
             raise ValueError(f"expected a size, got {brief(value)}") from exc
-        size = int((number * UNITS[unit or "B"]).to_integral_value(rounding=ROUND_FLOOR))
+        size = _floor_bytes(number, UNITS[unit or "B"])
     if size < 0:
         raise ValueError(f"a size cannot be negative, got {brief(value)}")
     if size > INT64_MAX:
         raise ValueError(f"{brief(value)} is beyond the largest size, 2^63-1 bytes")
     return size
+
+
+def _floor_bytes(number: Decimal, unit: int) -> int:
+    """``floor(number * unit)``, exact and quick for any exponent (INT64_MAX + 1 for anything beyond).
+
+    Decimal's default 28 digits would round ``5.99...9 B`` with 30 nines up to 6 before the floor,
+    and ``1e999999 B`` would build a million-digit integer.
+    """
+    if number > INT64_MAX:
+        return INT64_MAX + 1
+    if number.adjusted() < -20:  # below 1e-20 bytes per unit, and units are below 1e13 bytes
+        return 0
+    exact = Context(prec=len(number.as_tuple().digits) + 20)
+    return int(exact.multiply(number, Decimal(unit)).to_integral_value(rounding=ROUND_FLOOR))
 
 
 def format_size(n: int) -> str:

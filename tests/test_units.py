@@ -16,6 +16,12 @@ from solver.units import format_size, parse_size
         ("1e3 MB", 10**9),
         ("2TB", 2 * 10**12),
         ("0", 0),
+        ("5." + "9" * 30 + " B", 5),  # more digits than Decimal's default 28: still rounded down
+        ("8589934591.999999999999999999999999 GiB", 2**63 - 1),  # (2^33 - 1) GiB + (2^30 - 1) B
+        ("1e-9999999 GiB", 0),
+        ("0.0000000000000000000001 TiB", 0),
+        ("9223372036854775807", 2**63 - 1),
+        ("9223372036854775807 B", 2**63 - 1),
     ],
 )
 def test_sizes_round_down_exactly(text, expected):
@@ -28,6 +34,20 @@ def test_sizes_round_down_exactly(text, expected):
 def test_bad_sizes_are_refused(bad):
     with pytest.raises(ValueError):
         parse_size(bad)
+
+
+@pytest.mark.parametrize(
+    "huge", ["1e999999 B", "1e9999999 B", "1e999999 GiB", "9223372036854775808 B", "8 EiB"]
+)
+def test_huge_exponents_are_refused_at_once(huge):
+    """A size with a huge exponent is refused without building the number (it used to take 30 s, or
+    raise decimal.Overflow, a traceback)."""
+    import time
+
+    t0 = time.perf_counter()
+    with pytest.raises(ValueError):
+        parse_size(huge)
+    assert time.perf_counter() - t0 < 5  # a hang guard, not a speed claim
 
 
 def test_format_size():
