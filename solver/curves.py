@@ -20,8 +20,8 @@ def power_mass(n: int, exponent: float) -> np.ndarray:
 
 
 def counts_mass(count: np.ndarray) -> np.ndarray:
-    """``mass[r] = count[r] / sum(count)``, shape (N,)."""
-    return count.astype(np.float64) / float(int(count.sum()))
+    """``mass[r] = count[r] / sum(count)``, shape (N,); the sum is exact (int64 counts can overflow it)."""
+    return count.astype(np.float64) / float(sum(count.tolist()))
 
 
 def pair_mass(curve: CoverCurve | PowerCurve | CountsCurve, n: int, count: np.ndarray | None) -> np.ndarray:

@@ -133,6 +133,9 @@ def resolve(
     experts = np.array(_per_layer(model.experts, n), dtype=np.int64)
     expert_bytes = np.array(_per_layer(model.expert_bytes, n), dtype=object)
     check_against(profile, experts)
+    if not len(profile):
+        # a wrong or truncated file: nothing could be cached and the mass curves are undefined
+        raise InputError(profile.file, "ranks no pairs, so no expert could be cached")
     if isinstance(model.curve, CountsCurve):
         if profile.count is None:
             raise InputError(
@@ -140,7 +143,7 @@ def resolve(
                 f"the counts curve needs a profile with counts; {profile.file} has none",
                 key="curve.kind",
             )
-        if int(profile.count.sum()) == 0:
+        if not profile.count.any():
             raise InputError(profile.file, "every count is 0, so the counts curve has no mass")
     layer_bytes = layer_bytes_of(model, context)
     pair_bytes = expert_bytes[profile.layer] if len(profile) else np.zeros(0, dtype=object)

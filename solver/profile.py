@@ -10,6 +10,7 @@ import numpy as np
 
 from solver.atomicfile import write_atomic
 from solver.errors import InputError, brief
+from solver.units import INT64_MAX
 
 STRP_MAGIC = b"STRP"
 _HEADER = struct.Struct("<4s5I")
@@ -100,9 +101,11 @@ def _read_text(raw: bytes, shown: str) -> Profile:
         for row, n in zip(rows, linenos):
             for field in row:
                 try:
-                    int(field)
+                    value = int(field)
                 except ValueError:
                     raise InputError(shown, f"expected whole numbers, got {brief(field)}", n) from None
+                if abs(value) > INT64_MAX:
+                    raise InputError(shown, f"{brief(field)} is too large (at most 2^63-1)", n) from None
         raise InputError(shown, "a number is too large") from None
     bad = np.flatnonzero((values < 0).any(axis=1))
     if bad.size:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from clirun import check_plan, input_error, invoke, key_line, outcome
-from inputs import MODEL, RIG, at, dump, files, key_name, write_base
+from inputs import MODEL, PAIRS, RIG, at, dump, files, key_name, profile_text, strp, write_base
 
 from solver.yamlfile import MAX_DEPTH, MAX_VALUES
 
@@ -157,6 +157,84 @@ def test_keys_that_look_like_internal_tags(base, write, key, where):
     assert msg.line == key_line(dump(doc), (*where, key))
     expect = "unknown layer kind" if where == ("state_bytes",) else "unknown key"
     assert msg.rest.startswith(f"{key_name((*where, key))}: {expect}"), msg
+
+
+@pytest.mark.parametrize(
+    ("raw", "expect"),
+    [
+        (strp(6, 4, PAIRS[:3], version=2), "STRP version 2; only version 1 is supported"),
+        (strp(6, 4, PAIRS[:3], slots=2), "STRP n_ranked 3 exceeds slots 2"),
+        (strp(5, 4, PAIRS[:3]), "STRP shape is 5 layers x 4 experts; the model has 6 x 4"),
+        (strp(6, 5, PAIRS[:3]), "STRP shape is 6 layers x 5 experts; the model has 6 x 4"),
+        (strp(6, 4, [(0, 0), (6, 1)]), "pair #1 (6, 1): layer out of range (the model has 6 layers)"),
+        (strp(6, 4, [(0, 0), (1, 4)]), "pair #1 (1, 4): expert out of range (layer 1 has 4 experts)"),
+        (strp(6, 4, [(0, 0), (1, 1), (0, 0)]), "pair #2 (0, 0) ranked twice (first at rank 0)"),
+        (b"STRP" + b"\x01\x00", "STRP header truncated: 6 of 24 bytes"),
+        (strp(6, 4, []), "ranks no pairs, so no expert could be cached"),
+        (strp(6, 4, PAIRS)[:-1], "STRP truncated: 24 pairs need 120 bytes, file has 119"),
+    ],
+)
+def test_strp_errors(base, write, raw, expect):
+    p = write("p.strp", raw)
+    msg = input_error(invoke(base / "rig.yaml", "--profile", p), [p])
+    assert (msg.line, msg.rest) == (None, expect)
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "expect"),
+    [
+        ("0 0\n1\n", 2, "expected 'layer expert' or 'layer expert count', got '1'"),
+        ("0 0\n1 1 1 1\n", 2, "expected 'layer expert' or 'layer expert count', got '1 1 1 1'"),
+        ("0 0 5\n1 1\n", 2, "counts must be given on every line or on none"),
+        ("0 0\n1 x\n", 2, "expected whole numbers, got 'x'"),
+        ("0 0\n1 1.5\n", 2, "expected whole numbers, got '1.5'"),
+        ("0 0\n-1 1\n", 2, "layers, experts and counts cannot be negative"),
+        ("0 0 1\n1 1 -3\n", 2, "layers, experts and counts cannot be negative"),
+        ("0 0\n1 99999999999999999999999\n", 2, "'99999999999999999999999' is too large (at most 2^63-1)"),
+        ("0 0\n1 -99999999999999999999999\n", 2, "'-99999999999999999999999' is too large (at most 2^63-1)"),
+        ("# header only\n\n", None, "ranks no pairs, so no expert could be cached"),
+        ("", None, "ranks no pairs, so no expert could be cached"),
+        ("0 0\n0 0\n", 2, "pair (0, 0) ranked twice (first at line 1)"),
+        ("0 0\n\n# gap\n6 0\n", 4, "pair (6, 0): layer out of range (the model has 6 layers)"),
+    ],
+)
+def test_text_profile_errors(base, write, text, line, expect):
+    p = write("p.txt", text)
+    msg = input_error(invoke(base / "rig.yaml", "--profile", p), [p])
+    assert (msg.line, msg.rest) == (line, expect)
+
+
+def test_counts_that_overflow_int64_when_summed(base, write):
+    """Counts near 2^63 each: their sum must not wrap to a negative or zero total."""
+    model = copy.deepcopy(MODEL)
+    model["curve"] = {"kind": "counts"}
+    m = write("m.yaml", dump(model))
+    big = 2**62
+    p = write("p.txt", profile_text(PAIRS[:4], [big, big, big, big - 8]))
+    result = invoke(base / "rig.yaml", "--model", m, "--profile", p)
+    assert outcome(result, files(base, m, p)) == "plan"
+
+    out = json.loads(result.stdout)
+    assert 0 < out["held_mass"] <= 1 + 1e-12
+    p = write("p0.txt", profile_text(PAIRS[:2], [0, 0]))
+    msg = input_error(invoke(base / "rig.yaml", "--model", m, "--profile", p), [p])
+    assert msg.rest == "every count is 0, so the counts curve has no mass"
+
+
+def test_shipped_model_with_a_sparse_profile(base, write):
+    """The real 48 x 512 model with a profile that ranks only three pairs still plans; as STRP (no
+    counts) its counts curve is refused, naming the model file and key."""
+    rig = ROOT / "rigs" / "duo.yaml"
+    model = ROOT / "models" / "qwen3-next-80b-a3b.yaml"
+    p = write("q.txt", "0 0 5\n47 511 3\n20 3 1\n")
+    result = invoke(rig, "--profile", p)
+    assert outcome(result, [rig, p]) == "plan"
+
+    assert json.loads(result.stdout)["held_pairs"] == 3
+    p = write("q.strp", strp(48, 512, [(0, 0), (47, 511), (20, 3)]))
+    msg = input_error(invoke(rig, "--profile", p), [rig, model, p])
+    assert msg.file.endswith("qwen3-next-80b-a3b.yaml")
+    assert msg.rest.startswith("curve.kind: the counts curve needs a profile with counts")
 
 
 @pytest.mark.parametrize(
