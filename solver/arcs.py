@@ -24,12 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from solver.problem import Problem
+from solver.problem import COARSE_TIME_SCALE, COEFF_BUDGET, FINE_TIME_SCALE, MASS_SCALE, Problem
 from solver.rangewalk import RangeWalk
-
-MASS_SCALE = 10**12
-#: Keep CP-SAT's sum of |objective coefficients| below this (its overflow guard is near 2^62).
-COEFF_BUDGET = 2**60
 
 
 @dataclass(frozen=True)
@@ -87,10 +83,13 @@ class Arcs:
 
 
 def _time_scale(p: Problem, n_arcs: int) -> int:
-    """Largest power of ten <= 10^12 that keeps CP-SAT's objective sums within COEFF_BUDGET."""
-    worst_ms = float(p.layer_ms.max(initial=0.0)) * p.n_layers + p.miss_ms + p.handoff_ms * p.n_gpus + 1.0
-    scale = 10**12
-    while scale > 10**6 and worst_ms * scale * max(n_arcs, 1) >= COEFF_BUDGET:
+    """Largest power of ten <= 10^12 that keeps CP-SAT's objective sums within COEFF_BUDGET.
+
+    problem.resolve refuses rigs where even 10^6 would not fit, so files never reach the error.
+    """
+    worst_ms = p.worst_window_ms
+    scale = FINE_TIME_SCALE
+    while scale > COARSE_TIME_SCALE and worst_ms * scale * max(n_arcs, 1) >= COEFF_BUDGET:
         scale //= 10
     if worst_ms * scale * max(n_arcs, 1) >= COEFF_BUDGET:
         raise ValueError("the rig's times are too large to score in whole units of 1e-6 ms")

@@ -22,6 +22,14 @@ from solver.profile import Profile, check_against, read_profile
 
 #: Every byte quantity the planner adds up stays below this, so int64 sums are exact.
 BYTE_LIMIT = 2**62
+#: The range-walk tables hold k * (L+1)^2 and (L+1) * (N+1) int64 cells; past this they take gigabytes.
+TABLE_CELLS = 2**25
+#: CP-SAT refuses an objective whose coefficients could sum past about 2^62; arc weights stay below this.
+COEFF_BUDGET = 2**60
+#: Integer units per ms of the arc weights: the finest, and the coarsest SPEC 3 allows (1e-6 ms).
+FINE_TIME_SCALE, COARSE_TIME_SCALE = 10**12, 10**6
+#: Integer units of held mass (SPEC 3 compares mass in units of 1e-12).
+MASS_SCALE = 10**12
 #: The engine's per-layer estimate: an RTX 5080 (84 SMs at 2.617 GHz) runs a layer in 0.33 ms.
 REFERENCE_LAYER_MS, REFERENCE_SMS, REFERENCE_GHZ = 0.33, 84, 2.617
 
@@ -72,6 +80,17 @@ class Problem:
     @property
     def n_gpus(self) -> int:
         return len(self.free)
+
+    @property
+    def worst_window_ms(self) -> float:
+        """More than any arc's time weight or any window can be, in ms: what the integer scale must fit."""
+        slowest = float(self.layer_ms.max(initial=0.0))
+        return slowest * self.n_layers + self.miss_ms + self.handoff_ms * self.n_gpus + 1.0
+
+    @property
+    def most_arcs(self) -> int:
+        """How many (GPU, start, end) arcs there could be before pruning."""
+        return self.n_gpus * self.n_layers * (self.n_layers + 1) // 2
 
     def room(self, g: int, a: int, b: int) -> int:
         """Exact room of GPU g running layers [a, b) (SPEC 3); negative means it does not fit."""
@@ -129,7 +148,16 @@ def resolve(
     model_file: str,
 ) -> Problem:
     """Combine validated configs and a profile into a Problem, checking what spans the files."""
-    n = model.layers
+    n, k = model.layers, len(rig.gpus)
+    by_gpu, by_pair = k * (n + 1) ** 2, (n + 1) * (len(profile) + 1)
+    if max(by_gpu, by_pair) > TABLE_CELLS:
+        what = f"{k:,} GPUs" if by_gpu >= by_pair else f"{len(profile):,} ranked pairs"
+        raise InputError(
+            files.get("rig", rig_name) if by_gpu >= by_pair and k > n else model_file,
+            f"{n:,} layers with {what} need a range-walk table of {max(by_gpu, by_pair):,} cells, "
+            f"over the {TABLE_CELLS:,} moesplit plans in",
+            key="gpus" if by_gpu >= by_pair and k > n else "layers",
+        )
     experts = np.array(_per_layer(model.experts, n), dtype=np.int64)
     expert_bytes = np.array(_per_layer(model.expert_bytes, n), dtype=object)
     check_against(profile, experts)
@@ -157,7 +185,7 @@ def resolve(
         )
     gpus = rig.gpus
     layer_ms = [g.layer_ms if g.layer_ms is not None else estimate_layer_ms(g.sms, g.clock_ghz) for g in gpus]
-    return Problem(
+    p = Problem(
         rig=rig_name,
         model=model_name,
         layer_bytes=np.array(layer_bytes, dtype=np.int64),
@@ -182,6 +210,27 @@ def resolve(
         context=context,
         files=files,
     )
+    _check_scales(p, files.get("rig", rig_name))
+    return p
+
+
+def _check_scales(p: Problem, rig_file: str) -> None:
+    """Refuse a rig whose windows cannot be scored in whole units of 1e-6 ms, or held mass in 1e-12,
+    without CP-SAT's objective overflowing (solver.arcs scales every weight to integers)."""
+    worst = p.worst_window_ms
+    if worst * COARSE_TIME_SCALE * p.most_arcs >= COEFF_BUDGET:
+        raise InputError(
+            rig_file,
+            f"a window could take {worst:.4g} ms over {p.most_arcs:,} (GPU, layer range) choices, too "
+            f"much to score in whole units of 1e-6 ms; lower layer_ms, miss_ms or handoff_ms",
+        )
+    if p.objective == "mass" and MASS_SCALE * p.most_arcs >= COEFF_BUDGET:
+        raise InputError(
+            rig_file,
+            f"{p.most_arcs:,} (GPU, layer range) choices are too many to score held mass in units of "
+            f"1e-12; use objective time",
+            key="objective",
+        )
 
 
 def load_problem(rig_path: Path, overrides: Overrides | None = None) -> Problem:

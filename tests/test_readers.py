@@ -319,3 +319,48 @@ def test_empty_paths(base, write, which, key):
     args = [p] if which == "rig" else [base / "rig.yaml", "--model", p]
     msg = input_error(invoke(*args), [p])
     assert msg.rest == f"{key}: string should have at least 1 character, got ''"
+
+
+def test_times_too_large_to_score(write):
+    """200 layers at 10^6 ms each over 8 GPUs: a window could be 2e8 ms, too much for 1e-6 ms units
+    across 160,800 possible arcs (CP-SAT's objective would overflow); refused before any solve."""
+    write("p.txt", "".join(f"{layer} 0\n" for layer in range(200)))
+    write("m.yaml", dump({"layers": 200, "experts": 1, "expert_bytes": 1, "profile": "p.txt"}))
+    rig = {"model": "m.yaml", "gpus": [{"free": "1 GiB", "layer_ms": 1e6}] * 8}
+    p = write("r.yaml", dump(rig))
+    msg = input_error(invoke(p), [p])
+    assert msg.rest.startswith("a window could take 2e+08 ms over 160,800 (GPU, layer range) choices")
+    rig["gpus"] = [{"free": "1 GiB", "layer_ms": 1.0}] * 16
+    write("p.txt", "".join(f"{layer} 0\n" for layer in range(400)))
+    write("m.yaml", dump({"layers": 400, "experts": 1, "expert_bytes": 1, "profile": "p.txt"}))
+    p = write("r.yaml", dump({**rig, "objective": "mass"}))
+    msg = input_error(invoke(p), [p])
+    assert msg.rest.startswith(
+        "objective: 1,283,200 (GPU, layer range) choices are too many to score held mass"
+    )
+
+
+def test_tables_too_large_to_plan(base, write):
+    """A layer count or GPU list that would need gigabytes of range-walk table is refused at once."""
+    model = copy.deepcopy(MODEL)
+    model.update(layers=100_000, kinds=None)
+    del model["kinds"], model["state_bytes"], model["kv_bytes_per_token"]
+    p = base / "huge.yaml"
+    p.write_text(dump(model))
+    msg = input_error(invoke(base / "rig.yaml", "--model", p), [p])
+    assert msg.rest == (
+        "layers: 100,000 layers with 3 GPUs need a range-walk table of 30,000,600,003 cells, "
+        "over the 33,554,432 moesplit plans in"
+    )
+    # more GPUs than layers (infeasible anyway) and too many cells: the rig's GPU list is named
+    model["layers"] = 322
+    p.write_text(dump(model))
+    rig = copy.deepcopy(RIG)
+    rig["gpus"] = [{"free": "1 GiB", "layer_ms": 1.0}] * 323
+    r = base / "many.yaml"
+    r.write_text(dump(rig))
+    msg = input_error(invoke(r, "--model", p), [r])
+    assert msg.rest == (
+        "gpus: 322 layers with 323 GPUs need a range-walk table of 33,698,267 cells, "
+        "over the 33,554,432 moesplit plans in"
+    )
