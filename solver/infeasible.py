@@ -5,16 +5,35 @@ from __future__ import annotations
 import numpy as np
 
 from solver.problem import Problem
-from solver.rangewalk import RangeWalk
+from solver.rangewalk import RangeWalk, need_table
 from solver.units import format_size
 
 
 def _gpu(p: Problem, g: int) -> str:
-    return f"GPU {g} ({p.gpu_names[g]})"
+    name = p.gpu_names[g]
+    return f"GPU {g}" if name == f"GPU {g}" else f"GPU {g} ({name})"
 
 
 def _layers(n: int) -> str:
     return f"{n} layer" if n == 1 else f"{n} layers"
+
+
+def _span(a: int, b: int) -> str:
+    """Layers [a, b) as the report shows them: ``layers 4-7`` or ``layer 3``."""
+    return f"layer {a}" if b - a == 1 else f"layers {a}-{b - 1}"
+
+
+def allowed(p: Problem) -> np.ndarray:
+    """``ok[g, a, b]``: GPU g may run layers [a, b) by its layer limits and, as given, its position."""
+    n, k = p.n_layers, p.n_gpus
+    a = np.arange(n + 1)[None, :, None]
+    b = np.arange(n + 1)[None, None, :]
+    g = np.arange(k)[:, None, None]
+    low = np.where(a == 0, np.maximum(p.min_layers, p.first_stage_min_layers)[g], p.min_layers[g])
+    ok = (b - a >= low) & (b - a <= p.max_layers[g])
+    if p.order == "as-given":
+        ok &= ((a == 0) == (g == 0)) & ((b == n) == (g == k - 1))
+    return ok
 
 
 def explain(p: Problem, walk: RangeWalk) -> str:
@@ -22,6 +41,8 @@ def explain(p: Problem, walk: RangeWalk) -> str:
     n, k = p.n_layers, p.n_gpus
     if k > n:
         return f"the rig has {k} GPUs but the model only {_layers(n)}; every GPU must run at least one layer"
+    if p.first_stage_min_layers > n:
+        return f"first_stage_min_layers is {p.first_stage_min_layers}, more than the model's {_layers(n)}"
     firsts = np.maximum(p.min_layers, p.first_stage_min_layers)
     if p.order == "as-given":
         least = int(firsts[0] + p.min_layers[1:].sum())
@@ -34,41 +55,40 @@ def explain(p: Problem, walk: RangeWalk) -> str:
         )
     if int(p.max_layers.sum()) < n:
         return f"the GPUs' max_layers add up to {int(p.max_layers.sum())}, fewer than the model's {n} layers"
-    avail = p.free - p.reserve
+    ok = allowed(p)
+    if not ok[:, 0, :].any():
+        first = "GPU 0's max_layers is" if p.order == "as-given" else "the largest max_layers is"
+        most = int(p.max_layers[0] if p.order == "as-given" else p.max_layers.max())
+        return (
+            f"the first stage needs at least {_layers(p.first_stage_min_layers)} (first_stage_min_layers) "
+            f"but {first} {most}"
+        )
+    need = need_table(p)
+    avail = [int(p.free[g]) - int(p.reserve[g]) for g in range(k)]  # Python ints: frees near 2^63 add up
     for g in range(k):
-        least = _least_need(p, g)
-        if least is not None and least[0] > int(avail[g]):
-            need, count = least
+        cheapest = np.where(ok[g], need, np.iinfo(np.int64).max)
+        a, b = (int(i) for i in np.unravel_index(int(np.argmin(cheapest)), cheapest.shape))
+        if int(need[a, b]) > avail[g]:
             return (
-                f"{_gpu(p, g)} cannot hold its minimum of {_layers(count)}: it needs "
-                f"{format_size(need)} and has {format_size(int(avail[g]))} after its reserve"
+                f"{_gpu(p, g)} cannot hold its minimum of {_layers(b - a)} ({_span(a, b)}): it needs "
+                f"{format_size(int(need[a, b]))} and has {format_size(avail[g])} after its reserve"
             )
     weights = int(p.layer_bytes.sum()) + k * p.stage_bytes + p.first_stage_bytes + p.last_stage_bytes
-    total = int(np.maximum(avail, 0).sum())
+    total = sum(max(x, 0) for x in avail)
     if weights > total:
         return (
             f"the {n} layers need {format_size(weights)} for weights, session and stage buffers; "
             f"the {k} GPUs have {format_size(total)} free after reserves"
         )
-    fits = (walk.room >= 0).any(axis=(1, 2))
-    for g in np.flatnonzero(~fits):
-        return f"{_gpu(p, int(g))} cannot hold any range of layers within its memory"
-    longest = _longest_ranges(p, walk)
+    length = np.arange(n + 1)[None, :] - np.arange(n + 1)[:, None]
+    longest = np.where(ok & (walk.room >= 0), length[None], 0).max(axis=(1, 2))
     if longest.sum() < n:
-        each = ", ".join(f"{p.gpu_names[g]} {int(v)}" for g, v in enumerate(longest))
+        each = ", ".join(f"{int(v)} on {_gpu(p, g)}" for g, v in enumerate(longest))
         return (
             f"the GPUs can hold at most {int(longest.sum())} of the {n} layers between them "
             f"(the longest range each fits: {each})"
         )
     return _core_reason(p, walk)
-
-
-def _longest_ranges(p: Problem, walk: RangeWalk) -> np.ndarray:
-    """Per GPU, the most layers of any range it can run within its memory and max_layers, shape (k,)."""
-    n = p.n_layers
-    length = np.arange(n + 1)[None, :] - np.arange(n + 1)[:, None]
-    ok = (walk.room >= 0) & (length[None] <= p.max_layers[:, None, None])
-    return np.where(ok, length[None], 0).max(axis=(1, 2))
 
 
 def _core_reason(p: Problem, walk: RangeWalk, time_limit: float = 10.0) -> str:
@@ -138,19 +158,3 @@ def _core_reason(p: Problem, walk: RangeWalk, time_limit: float = 10.0) -> str:
         names.append(f"first_stage_min_layers {p.first_stage_min_layers}")
     listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
     return f"no split respects {listed} at once; relaxing any one of them makes a plan possible"
-
-
-def _least_need(p: Problem, g: int) -> tuple[int, int] | None:
-    """(bytes, layers) of GPU g's least demanding allowed range, over the positions it may take."""
-    n, k, m = p.n_layers, p.n_gpus, int(p.min_layers[g])
-    needs = []
-    for a in range(n):
-        b = a + (max(m, p.first_stage_min_layers) if a == 0 else m)
-        if p.order == "as-given":
-            if g == k - 1:
-                b = n
-            if (a == 0) != (g == 0) or (b == n) != (g == k - 1):
-                continue
-        if b <= n:
-            needs.append((int(p.free[g] - p.reserve[g]) - p.room(g, a, b), b - a))
-    return min(needs) if needs else None

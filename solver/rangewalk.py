@@ -26,16 +26,26 @@ def prefix_by_layer_and_rank(pair_layer: np.ndarray, weight: np.ndarray, n_layer
     return out
 
 
-def room_table(p: Problem) -> np.ndarray:
-    """Room of every (g, a, b), shape (k, L+1, L+1); -1 where b <= a or the range does not fit.
+def need_table(p: Problem) -> np.ndarray:
+    """Bytes a stage running [a, b) needs besides its cache, whatever the GPU, shape (L+1, L+1).
 
-    Values are exact where they are >= 0 (sizes stay below 2^62, see problem.BYTE_LIMIT).
+    Exact for a < b: every term is below 2^62 (see problem.BYTE_LIMIT).
     """
     n = p.n_layers
     s = np.concatenate([[0], np.cumsum(p.layer_bytes)])
     need = s[None, :] - s[:, None] + p.stage_bytes
     need[0, :] += p.first_stage_bytes
     need[:, n] += p.last_stage_bytes
+    return need
+
+
+def room_table(p: Problem) -> np.ndarray:
+    """Room of every (g, a, b), shape (k, L+1, L+1); -1 where b <= a or the range does not fit.
+
+    Values are exact where they are >= 0 (sizes stay below 2^62, see problem.BYTE_LIMIT).
+    """
+    n = p.n_layers
+    need = need_table(p)
     avail = np.maximum(p.free - p.reserve, -1)
     room = avail[:, None, None] - need[None, :, :]
     room[:, ~np.triu(np.ones((n + 1, n + 1), dtype=bool), 1)] = -1

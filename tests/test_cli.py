@@ -116,7 +116,7 @@ def test_infeasible_exits_3_with_a_reason(tmp_path):
     d = json.loads(out)
     assert code == 3
     assert d["status"] == "infeasible" and d["cuts"] == [] and d["stages"] == []
-    assert d["reason"].startswith("GPU 0 (GPU 0) cannot hold its minimum of 1 layer")
+    assert d["reason"].startswith("GPU 0 cannot hold its minimum of 1 layer")
     code, out, _ = run(str(rig))
     assert code == 3 and "infeasible" in out
 
