@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from solver.config import load_model, shown_path
-from solver.errors import InputError
+from solver.errors import InputError, read_input
 
 #: b is searched over [B_MIN, B_MAX] on a log grid, then refined by bisection on the slope.
 B_MIN, B_MAX, GRID = 1e-4, 1e4, 8001
@@ -115,14 +115,7 @@ def points_from_log(path: Path) -> tuple[list[Point], list[str]]:
     line (the engine's counters run over the whole boot), taken as hits / lookups when the line has them.
     """
     shown = shown_path(path)
-    try:
-        text = path.read_bytes().decode("utf-8", errors="replace")
-    except FileNotFoundError:
-        raise InputError(shown, "no such file") from None
-    except IsADirectoryError:
-        raise InputError(shown, "is a directory, expected an engine log") from None
-    except OSError as exc:
-        raise InputError(shown, f"cannot read: {exc.strerror}") from None
+    text = read_input(path, shown, "an engine log").decode("utf-8", errors="replace")
     boots: list[_Boot] = []
     notes: list[str] = []
     for lineno, line in enumerate(text.splitlines(), 1):

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from solver.atomicfile import write_atomic
-from solver.errors import InputError, brief
+from solver.errors import InputError, brief, read_input
 from solver.units import INT64_MAX
 
 STRP_MAGIC = b"STRP"
@@ -43,14 +43,7 @@ class Profile:
 
 def read_profile(path: Path, shown: str) -> Profile:
     """Read a profile, telling STRP from text by its first four bytes."""
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise InputError(shown, "no such profile file") from None
-    except IsADirectoryError:
-        raise InputError(shown, "is a directory, expected a profile file") from None
-    except OSError as exc:
-        raise InputError(shown, f"cannot read: {exc.strerror}") from None
+    raw = read_input(path, shown, "a profile file")
     return _read_strp(raw, shown) if raw[:4] == STRP_MAGIC else _read_text(raw, shown)
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from solver.errors import InputError
+from solver.errors import InputError, read_input
 from solver.profile import Profile
 
 #: No router picks more experts than this per token; a larger k is a garbled record.
@@ -118,14 +118,7 @@ def _read_one(path: Path, shown: str, experts: np.ndarray | None) -> tuple[np.nd
     Records are taken in runs of equal k, each at most CHUNK records (bounded memory); a run's
     window doubles while k stays the same, so a file whose k changes often is still read in O(n).
     """
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise InputError(shown, "no such trace file") from None
-    except IsADirectoryError:
-        raise InputError(shown, "is a directory, expected a routing trace") from None
-    except OSError as exc:
-        raise InputError(shown, f"cannot read: {exc.strerror}") from None
+    raw = read_input(path, shown, "a routing trace")
     n = len(raw) // 4
     ints = np.frombuffer(raw, "<i4", count=n)
     floats = np.frombuffer(raw, "<f4", count=n)

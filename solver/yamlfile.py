@@ -9,7 +9,7 @@ import yaml
 from yaml.constructor import ConstructorError, SafeConstructor
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from solver.errors import InputError
+from solver.errors import InputError, read_input
 
 KeyPath = tuple[str | int, ...]
 
@@ -119,14 +119,7 @@ class _Converter:
 
 def load_yaml(path: Path, shown: str) -> YamlDoc:
     """Parse ``path`` (named ``shown`` in messages) into a YamlDoc; any problem is an InputError."""
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise InputError(shown, "no such file") from None
-    except IsADirectoryError:
-        raise InputError(shown, "is a directory, expected a YAML file") from None
-    except OSError as exc:
-        raise InputError(shown, f"cannot read: {exc.strerror}") from None
+    raw = read_input(path, shown, "a YAML file")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

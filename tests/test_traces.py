@@ -161,5 +161,5 @@ def test_model_range_is_checked(tmp_path):
 
 
 def test_missing_file_is_an_input_error(tmp_path):
-    with pytest.raises(InputError, match=r"nope\.bin: no such trace file"):
+    with pytest.raises(InputError, match=r"nope\.bin: no such file \(expected a routing trace\)"):
         read(tmp_path / "nope.bin")
