@@ -19,6 +19,7 @@ from solver.config import (
 from solver.curves import pair_mass
 from solver.errors import InputError
 from solver.profile import Profile, check_against, read_profile
+from solver.yamlfile import YamlDoc
 
 #: Every byte quantity the planner adds up stays below this, so int64 sums are exact.
 BYTE_LIMIT = 2**62
@@ -233,23 +234,22 @@ def _check_scales(p: Problem, rig_file: str) -> None:
         )
 
 
+def _referenced(override: Path | None, named: str | None, holder: Path, doc: YamlDoc, key: str) -> Path:
+    """The file ``key`` names, relative to the file holding it, unless the command line gives one."""
+    if override is not None:
+        return override
+    if named is not None:
+        return relative_to(holder, named)
+    raise doc.error((key,), f"missing (required, or give --{key})")
+
+
 def load_problem(rig_path: Path, overrides: Overrides | None = None) -> Problem:
     """Read a rig, its model and profile (or the overrides) into a Problem."""
     ov = overrides or Overrides()
     rig, rig_doc = load_rig(rig_path)
-    if ov.model is not None:
-        model_path = ov.model
-    elif rig.model is not None:
-        model_path = relative_to(rig_path, rig.model)
-    else:
-        raise rig_doc.error(("model",), "missing (required, or give --model)")
+    model_path = _referenced(ov.model, rig.model, rig_path, rig_doc, "model")
     model, model_doc = load_model(model_path)
-    if ov.profile is not None:
-        profile_path = ov.profile
-    elif model.profile is not None:
-        profile_path = relative_to(model_path, model.profile)
-    else:
-        raise model_doc.error(("profile",), "missing (required, or give --profile)")
+    profile_path = _referenced(ov.profile, model.profile, model_path, model_doc, "profile")
     profile = read_profile(profile_path, shown_path(profile_path))
     if ov.objective or ov.order:
         rig = rig.model_copy(
