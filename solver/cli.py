@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import sys
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
+from typing import ClassVar
 
 import click
 from rich.console import Console
@@ -24,12 +26,27 @@ EXIT_INPUT, EXIT_INFEASIBLE, EXIT_DISAGREE = 2, 3, 4
 
 
 class _DefaultToPlan(click.Group):
-    """A group whose default command is ``plan``: ``solve RIG`` means ``solve plan RIG``."""
+    """A group whose default command is ``plan``: ``solve RIG`` means ``solve plan RIG``.
+
+    Subcommands in ``LAZY`` are imported only when named, so ``solve RIG`` never loads them.
+    """
+
+    LAZY: ClassVar[dict[str, str]] = {"bench": "solver.bench:bench"}
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        if args and args[0] not in self.commands and args[0] not in ("--help", "-h", "--version"):
+        known = (*self.commands, *self.LAZY, "--help", "-h", "--version")
+        if args and args[0] not in known:
             args = ["plan", *args]
         return super().parse_args(ctx, args)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.LAZY})
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in self.LAZY:
+            module, attr = self.LAZY[name].split(":")
+            return getattr(importlib.import_module(module), attr)
+        return super().get_command(ctx, name)
 
 
 @click.group(cls=_DefaultToPlan, context_settings={"help_option_names": ["-h", "--help"]})

@@ -1,0 +1,466 @@
+"""``solve bench``: how long each piece of the planner takes, on the shipped rigs and on a sweep.
+
+For every rig it times the range-walk table, the arc table, the DP and exhaustive oracles, and
+end to end (read the files, then ``plan_rig``, whose CP-SAT call is hinted by the DP exactly as
+``solve`` runs it; the CP-SAT share is that call's own wall time). Each piece runs ``--repeat``
+times, or fewer once its runs have spent ``--budget`` seconds (at least once), so the defaults stay
+quick while slow pieces still get measured. Import time comes from fresh interpreters, the way a
+user pays it. ``--sweep`` does the same on synthetic rigs of growing GPUs and layers, both orders.
+
+Nothing here asserts a time: the numbers are reported (medians, min, max, runs), never checked.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+if TYPE_CHECKING:  # the plan command imports this module: keep its start-up light
+    from rich.console import Console
+
+IMPORT_CODE = "import solver.cli, ortools.sat.python.cp_model"
+SHIPPED_RIGS = Path(__file__).resolve().parent.parent / "rigs"
+#: Placements above which the exhaustive oracle is skipped (the planner's own --check limit).
+DEFAULT_EXHAUSTIVE_LIMIT = 200_000
+
+
+@dataclass
+class Timing:
+    """Wall times of one piece in ms, or why it was skipped."""
+
+    runs: list[float] = field(default_factory=list)
+    skipped: str | None = None
+
+    @property
+    def median(self) -> float | None:
+        import statistics
+
+        return statistics.median(self.runs) if self.runs else None
+
+    def as_json(self) -> dict[str, Any]:
+        if not self.runs:
+            return {"skipped": self.skipped}
+        return {
+            "median_ms": self.median,
+            "min_ms": min(self.runs),
+            "max_ms": max(self.runs),
+            "runs": len(self.runs),
+        }
+
+
+def repeat_timed(fn: Callable[[], Any], repeat: int, budget_s: float) -> tuple[Timing, Any]:
+    """Run ``fn`` up to ``repeat`` times, stopping early once the runs have taken ``budget_s``."""
+    timing, out = Timing(), None
+    while len(timing.runs) < repeat and (not timing.runs or sum(timing.runs) < budget_s * 1e3):
+        t0 = time.perf_counter()
+        out = fn()
+        timing.runs.append((time.perf_counter() - t0) * 1e3)
+    return timing, out
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What every measurement shares."""
+
+    repeat: int
+    budget_s: float
+    workers: int
+    exhaustive_limit: int
+    time_limit: float | None = None
+
+
+@dataclass
+class RigBench:
+    """The measurements of one rig (a file, or a synthetic sweep point)."""
+
+    name: str
+    order: str
+    gpus: int
+    layers: int
+    pairs: int
+    arcs: int
+    status: str
+    agrees: bool | None
+    pieces: dict[str, Timing]
+
+    def ratio(self, top: str, bottom: str | float | None) -> float | None:
+        """median(top) / median(bottom) (or / a number), None when either is missing."""
+        num = self.pieces[top].median if top in self.pieces else None
+        den = self.pieces[bottom].median if isinstance(bottom, str) and bottom in self.pieces else bottom
+        if num is None or not isinstance(den, float) or den <= 0:
+            return None
+        return num / den
+
+    def as_json(self, import_ms: float | None) -> dict[str, Any]:
+        return {
+            "rig": self.name,
+            "order": self.order,
+            "gpus": self.gpus,
+            "layers": self.layers,
+            "pairs": self.pairs,
+            "arcs": self.arcs,
+            "status": self.status,
+            "cpsat_equals_dp": self.agrees,
+            "pieces": {k: t.as_json() for k, t in self.pieces.items()},
+            "ratios": {
+                "cpsat_over_dp": self.ratio("cp-sat", "dp"),
+                "end_to_end_over_import": self.ratio("end-to-end", import_ms),
+            },
+        }
+
+
+def measure(problem: Any, settings: Settings, reload: Callable[[], Any] | None = None) -> RigBench:
+    """Time every piece on one problem; ``reload`` re-reads its files (end to end includes it)."""
+    from solver.arcs import build_arcs
+    from solver.planner import plan_rig
+    from solver.rangewalk import walk_table
+    from solver.solvers import Limits, TooLarge
+    from solver.solvers.dp import solve_dp
+    from solver.solvers.exhaustive import count_placements, solve_exhaustive
+
+    s = settings
+    pieces: dict[str, Timing] = {}
+    pieces["table"], walk = repeat_timed(lambda: walk_table(problem), s.repeat, s.budget_s)
+    pieces["arcs"], arcs = repeat_timed(lambda: build_arcs(problem, walk), s.repeat, s.budget_s)
+    dp = None
+    try:
+        pieces["dp"], dp = repeat_timed(lambda: solve_dp(arcs), s.repeat, s.budget_s)
+    except TooLarge as exc:
+        pieces["dp"] = Timing(skipped=str(exc))
+    placements = count_placements(arcs)
+    if placements <= s.exhaustive_limit:
+        pieces["exhaustive"], _ = repeat_timed(lambda: solve_exhaustive(arcs), s.repeat, s.budget_s)
+    else:
+        pieces["exhaustive"] = Timing(skipped=f"{placements:.3g} placements, over {s.exhaustive_limit:,}")
+    limits = Limits(time_limit=s.time_limit, workers=s.workers)
+    cpsat = Timing()
+
+    def end_to_end() -> Any:
+        result = plan_rig(reload() if reload else problem, limits)
+        cpsat.runs.append(result.solution.info.get("wall_ms", 0.0))
+        return result
+
+    pieces["end-to-end"], result = repeat_timed(end_to_end, s.repeat, s.budget_s)
+    pieces["cp-sat"] = cpsat
+    sol = result.solution
+    agrees = None if dp is None or result.status != "optimal" else (dp.gpus, dp.cuts) == (sol.gpus, sol.cuts)
+    return RigBench(
+        name=problem.rig,
+        order=problem.order,
+        gpus=problem.n_gpus,
+        layers=problem.n_layers,
+        pairs=len(problem.pair_layer),
+        arcs=len(arcs),
+        status=result.status,
+        agrees=agrees,
+        pieces=pieces,
+    )
+
+
+def import_time(repeat: int) -> Timing:
+    """Wall time of a fresh interpreter importing the CLI and CP-SAT (what every ``solve`` pays).
+
+    Always ``repeat`` runs, whatever the budget: it is the yardstick of every end-to-end ratio.
+    """
+    import subprocess
+
+    cmd = [sys.executable, "-c", IMPORT_CODE]
+    timing, _ = repeat_timed(lambda: subprocess.run(cmd, check=True), repeat, float("inf"))
+    return timing
+
+
+def process_time(rig: Path, settings: Settings) -> Timing:
+    """Wall time of ``solve RIG --json`` in a fresh interpreter, imports included."""
+    import subprocess
+
+    cmd = [sys.executable, "-m", "solver.cli", str(rig), "--json", "--workers", str(settings.workers)]
+
+    def run() -> None:
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+
+    timing, _ = repeat_timed(run, settings.repeat, settings.budget_s)
+    return timing
+
+
+# Cards for the sweep: (name, free GiB, SMs, boost GHz), from published specs.
+CARDS = [
+    ("RTX 3060", 11.5, 28, 1.777),
+    ("RTX 5060 Ti", 15.3, 36, 2.572),
+    ("RTX A4000", 15.3, 48, 1.56),
+    ("RTX 2080 Ti", 10.5, 68, 1.545),
+    ("RTX 3090", 23.3, 82, 1.695),
+    ("RTX 4090", 23.3, 128, 2.52),
+    ("RTX A6000", 47.3, 84, 1.8),
+]
+GIB, MIB = 2**30, 2**20
+
+
+def sweep_problem(seed: int, n_gpus: int, n_layers: int, experts: int, order: str) -> Any:
+    """A synthetic rig of real card types with an MoE model whose experts fill about 1.6x its room.
+
+    Layers hold 60-120 MiB each (dense + KV), every card needs 1 GiB of buffers and 700 MiB of
+    reserve, and the expert size is set so that the cards can cache about 60% of all experts;
+    routing counts come from the synthetic profile generator with the same seed.
+    """
+    import numpy as np
+
+    from solver.problem import Problem, estimate_layer_ms
+    from solver.synth import SynthParams, synth_profile
+
+    rng = np.random.default_rng(seed)
+    cards = [CARDS[i] for i in rng.integers(0, len(CARDS), n_gpus)]
+    free = np.array([int(c[1] * GIB) for c in cards], dtype=np.int64)
+    reserve = np.full(n_gpus, 700 * MIB, dtype=np.int64)
+    stage, last = GIB, 512 * MIB
+    layer_bytes = rng.integers(60 * MIB, 120 * MIB, n_layers).astype(np.int64)
+    room = int((free - reserve - stage).sum() - layer_bytes.sum() - last)
+    mean_expert = max(room / (0.6 * n_layers * experts), 1.0)
+    expert_bytes = (mean_expert * rng.uniform(0.8, 1.2, n_layers)).astype(np.int64)
+    profile = synth_profile([experts] * n_layers, SynthParams(seed=seed))
+    counts = profile.count.astype(np.float64)
+    return Problem(
+        rig=f"sweep-{n_gpus}x{n_layers}",
+        model="synthetic",
+        layer_bytes=layer_bytes,
+        expert_bytes=expert_bytes,
+        pair_layer=profile.layer,
+        pair_bytes=expert_bytes[profile.layer],
+        mass=counts / counts.sum(),
+        free=free,
+        reserve=reserve,
+        layer_ms=np.array([estimate_layer_ms(c[2], c[3]) for c in cards]),
+        min_layers=np.ones(n_gpus, dtype=np.int64),
+        max_layers=np.full(n_gpus, n_layers, dtype=np.int64),
+        gpu_names=[c[0] for c in cards],
+        stage_bytes=stage,
+        last_stage_bytes=last,
+        first_stage_min_layers=2,
+        order=order,
+    )
+
+
+def _ms(t: Timing) -> str:
+    """A table cell: the median and the number of runs, then min-max in the median's unit."""
+    if not t.runs:
+        return f"[dim]skipped: {t.skipped}[/dim]" if t.skipped else "[dim]-[/dim]"
+    med = t.median or 0.0
+    return f"{_fmt(med)} x{len(t.runs)}\n[dim]{_span(min(t.runs), max(t.runs), med)}[/dim]"
+
+
+def _line(t: Timing) -> str:
+    """The same on one line: ``median xruns (min-max)``."""
+    cell = _ms(t).split("\n")
+    return f"{cell[0]} ({cell[1]})" if len(cell) == 2 else cell[0]
+
+
+def _fmt(ms: float) -> str:
+    return f"{ms / 1e3:.2f} s" if ms >= 1e3 else f"{ms:.3g} ms" if ms >= 1 else f"{ms:.2f} ms"
+
+
+def _span(lo: float, hi: float, like: float) -> str:
+    """``lo-hi`` in the unit ``_fmt`` gives ``like``."""
+    scale = 1e3 if like >= 1e3 else 1.0
+    return f"{lo / scale:.3g}-{hi / scale:.3g}"
+
+
+def _ratio(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3g}x"
+
+
+PIECES = ("table", "arcs", "dp", "exhaustive", "cp-sat", "end-to-end")
+
+
+def render(title: str, rows: list[RigBench], import_ms: float | None, console: Console) -> None:
+    """One rich table: size, medians (min-max, runs) of every piece, and the ratios."""
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left")
+    table.add_column("rig")
+    table.add_column("GPUs x\nlayers", justify="right")
+    table.add_column("pairs\narcs", justify="right")
+    table.add_column("status")
+    for col in PIECES:
+        table.add_column(col, justify="right")
+    table.add_column("cp-sat\n/ dp", justify="right")
+    table.add_column("e2e /\nimport", justify="right")
+    for r in rows:
+        status = r.status + {True: "\n= dp", False: "\n[red]!= dp[/red]", None: ""}[r.agrees]
+        table.add_row(
+            f"{r.name}\n[dim]{r.order}[/dim]",
+            f"{r.gpus} x {r.layers}",
+            f"{r.pairs:,}\n{r.arcs:,}",
+            status,
+            *(_ms(r.pieces[p]) for p in PIECES),
+            _ratio(r.ratio("cp-sat", "dp")),
+            _ratio(r.ratio("end-to-end", import_ms)),
+        )
+    console.print(table)
+
+
+def _int_list(ctx: click.Context, param: click.Parameter, value: str) -> list[int]:
+    try:
+        out = [int(v) for v in value.split(",") if v.strip()]
+    except ValueError:
+        raise click.BadParameter(f"expected comma-separated whole numbers, got {value!r}") from None
+    if not out or min(out) < 1:
+        raise click.BadParameter(f"expected positive whole numbers, got {value!r}")
+    return out
+
+
+@click.command("bench")
+@click.option("--rig", "rigs", multiple=True, type=click.Path(path_type=Path), help="Rig file (repeatable).")
+@click.option("--repeat", type=click.IntRange(min=1), default=5, show_default=True, help="Runs per piece.")
+@click.option(
+    "--budget",
+    type=click.FloatRange(min=0),
+    default=2.0,
+    show_default=True,
+    help="Stop repeating a piece once its runs took SECONDS (it runs at least once).",
+)
+@click.option("--sweep", is_flag=True, help="Also time synthetic rigs of growing GPUs and layers.")
+@click.option("--gpus", default="4,8,16", show_default=True, callback=_int_list, help="Sweep: GPU counts.")
+@click.option("--layers", default="48,96,128", show_default=True, callback=_int_list, help="Sweep: layers.")
+@click.option(
+    "--experts", type=click.IntRange(min=1), default=128, show_default=True, help="Sweep: per layer."
+)
+@click.option(
+    "--sweep-limit",
+    type=click.FloatRange(min=0, min_open=True),
+    default=10.0,
+    show_default=True,
+    help="Sweep: CP-SAT time limit per plan (status feasible when it stops the proof).",
+)
+@click.option("--process", is_flag=True, help="Also time `solve RIG --json` in a fresh interpreter.")
+@click.option(
+    "--exhaustive-limit",
+    type=click.IntRange(min=0),
+    default=DEFAULT_EXHAUSTIVE_LIMIT,
+    show_default=True,
+    help="Skip exhaustive enumeration above this many placements.",
+)
+@click.option(
+    "--workers", type=click.IntRange(min=1), default=None, help="CP-SAT workers (default: as solve)."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
+def bench(
+    rigs: tuple[Path, ...],
+    repeat: int,
+    budget: float,
+    sweep: bool,
+    gpus: list[int],
+    layers: list[int],
+    experts: int,
+    sweep_limit: float,
+    process: bool,
+    exhaustive_limit: int,
+    workers: int | None,
+    as_json: bool,
+) -> None:
+    """Time table build, arcs, CP-SAT, DP, exhaustive and end to end on rigs (default: the shipped ones)."""
+    from rich.console import Console
+
+    from solver.cli import EXIT_INPUT, default_workers
+    from solver.errors import InputError
+    from solver.problem import load_problem
+
+    paths = list(rigs) or sorted(SHIPPED_RIGS.glob("*.yaml"))
+    if not paths:
+        raise click.UsageError(f"no shipped rigs under {SHIPPED_RIGS}; give --rig FILE")
+    try:
+        problems = [load_problem(path) for path in paths]
+    except InputError as exc:
+        click.echo(str(exc), err=True)
+        sys.exit(EXIT_INPUT)
+    settings = Settings(repeat, budget, workers or default_workers(), exhaustive_limit)
+    err = Console(stderr=True)
+    show = err.is_terminal and not as_json
+    imports = import_time(repeat)
+    rows: list[RigBench] = []
+    for path, problem in zip(paths, problems):
+        if show:
+            err.print(f"[dim]bench: {path} ...[/dim]")
+        row = measure(problem, settings, reload=lambda path=path: load_problem(path))
+        if process:
+            row.pieces["solve process"] = process_time(path, settings)
+        rows.append(row)
+    sweep_rows: list[RigBench] | None = None
+    if sweep:
+        sweep_settings = Settings(repeat, budget, settings.workers, exhaustive_limit, sweep_limit)
+        sweep_rows = []
+        for order, k, n in ((o, k, n) for o in ("as-given", "auto") for k in gpus for n in layers):
+            if n < k + 1:
+                continue
+            if show:
+                err.print(f"[dim]bench: sweep {k} GPUs x {n} layers, {order} ...[/dim]")
+            p = sweep_problem(seed=k * 1000 + n, n_gpus=k, n_layers=n, experts=experts, order=order)
+            sweep_rows.append(measure(p, sweep_settings))
+    if as_json:
+        click.echo(json.dumps(to_json(settings, imports, rows, sweep_rows, experts, sweep_limit), indent=2))
+    else:
+        report(
+            settings,
+            imports,
+            rows,
+            sweep_rows,
+            f"{experts} experts per layer, CP-SAT limit {sweep_limit:g} s",
+        )
+
+
+def to_json(
+    settings: Settings,
+    imports: Timing,
+    rows: list[RigBench],
+    sweep_rows: list[RigBench] | None,
+    experts: int,
+    sweep_limit: float,
+) -> dict[str, Any]:
+    """The ``--json`` object: settings, import time, one entry per rig and, with --sweep, per point."""
+    out: dict[str, Any] = {
+        "settings": {
+            "repeat": settings.repeat,
+            "budget_s": settings.budget_s,
+            "workers": settings.workers,
+            "exhaustive_limit": settings.exhaustive_limit,
+        },
+        "import": {"code": IMPORT_CODE, **imports.as_json()},
+        "rigs": [r.as_json(imports.median) for r in rows],
+    }
+    if sweep_rows is not None:
+        out["sweep"] = {
+            "experts": experts,
+            "time_limit_s": sweep_limit,
+            "rows": [r.as_json(imports.median) for r in sweep_rows],
+        }
+    return out
+
+
+def report(
+    settings: Settings,
+    imports: Timing,
+    rows: list[RigBench],
+    sweep_rows: list[RigBench] | None,
+    sweep_title: str,
+) -> None:
+    """The human output: the rigs' table, process times, the sweep's table and the import line."""
+    from rich.console import Console
+
+    console = Console(highlight=False)
+    render("rigs", rows, imports.median, console)
+    for r in rows:
+        if "solve process" in r.pieces:
+            ratio = _ratio(r.ratio("solve process", imports.median))
+            took = _line(r.pieces["solve process"])
+            console.print(f"solve {r.name} --json, fresh interpreter: {took}, {ratio} import")
+    if sweep_rows is not None:
+        render(f"sweep ({sweep_title})", sweep_rows, imports.median, console)
+    console.print(
+        f"import ({IMPORT_CODE!r}, fresh interpreter): {_line(imports)}; {settings.workers} CP-SAT workers; "
+        f"medians of up to {settings.repeat} runs per piece, fewer once a piece took {settings.budget_s:g} s"
+    )

@@ -1,0 +1,118 @@
+"""``solve bench`` runs and reports the right structure; it never checks a time."""
+
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+
+from solver.bench import Settings, measure, repeat_timed, sweep_problem
+from solver.cli import cli
+
+PIECES = {"table", "arcs", "dp", "exhaustive", "cp-sat", "end-to-end"}
+
+MODEL = """\
+layers: 4
+experts: 3
+expert_bytes: 10
+dense_bytes: 100
+profile: p.txt
+"""
+PROFILE = "".join(f"{layer} {e}\n" for e in range(3) for layer in range(4))
+RIG = """\
+model: m.yaml
+gpus:
+  - {free: 400, layer_ms: 1.0}
+  - {free: 300, layer_ms: 2.0}
+"""
+
+
+def tiny_rig(write):
+    write("m.yaml", MODEL)
+    write("p.txt", PROFILE)
+    return write("tiny.yaml", RIG)
+
+
+def run(*args: str):
+    return CliRunner().invoke(cli, ["bench", *args], env={"COLUMNS": "200"})
+
+
+def check_timing(t: dict, most: int) -> None:
+    assert 1 <= t["runs"] <= most
+    assert t["min_ms"] <= t["median_ms"] <= t["max_ms"]
+
+
+def test_bench_json_on_a_tiny_rig(write):
+    rig = tiny_rig(write)
+    res = run("--rig", str(rig), "--repeat", "2", "--json")
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    assert out["settings"]["repeat"] == 2
+    assert out["import"]["runs"] == 2  # the yardstick always gets every run
+    [row] = out["rigs"]
+    assert (row["rig"], row["gpus"], row["layers"], row["pairs"]) == ("tiny", 2, 4, 12)
+    assert row["arcs"] > 0 and row["status"] == "optimal" and row["cpsat_equals_dp"] is True
+    assert set(row["pieces"]) == PIECES
+    for t in row["pieces"].values():
+        check_timing(t, 2)
+    assert row["ratios"]["cpsat_over_dp"] > 0 and row["ratios"]["end_to_end_over_import"] > 0
+    assert "sweep" not in out
+
+
+def test_bench_table_and_process_time(write):
+    rig = tiny_rig(write)
+    res = run("--rig", str(rig), "--repeat", "1", "--process")
+    assert res.exit_code == 0, res.output
+    assert "tiny" in res.output and "cp-sat" in res.output
+    assert "solve tiny --json, fresh interpreter" in res.output
+
+
+def test_bench_sweep_covers_the_grid_in_both_orders(write):
+    rig = tiny_rig(write)
+    res = run(
+        "--rig", str(rig), "--repeat", "1", "--json", "--sweep",
+        "--gpus", "2,3", "--layers", "6", "--experts", "4",
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    sweep = json.loads(res.output)["sweep"]
+    rows = sweep["rows"]
+    assert [(r["order"], r["gpus"], r["layers"]) for r in rows] == [
+        ("as-given", 2, 6),
+        ("as-given", 3, 6),
+        ("auto", 2, 6),
+        ("auto", 3, 6),
+    ]
+    for r in rows:
+        assert r["pairs"] == 6 * 4 and r["status"] == "optimal" and r["cpsat_equals_dp"] is True
+        assert set(r["pieces"]) == PIECES
+
+
+def test_oracles_out_of_reach_are_skipped_with_a_reason():
+    p = sweep_problem(seed=1, n_gpus=13, n_layers=14, experts=2, order="auto")
+    row = measure(p, Settings(repeat=1, budget_s=0.0, workers=2, exhaustive_limit=1000))
+    assert "12 GPUs" in row.pieces["dp"].skipped and not row.pieces["dp"].runs
+    assert "placements" in row.pieces["exhaustive"].skipped
+    assert row.agrees is None and row.ratio("cp-sat", "dp") is None
+    assert row.status == "optimal" and len(row.pieces["cp-sat"].runs) == 1
+
+
+def test_repeat_stops_at_the_count_or_once_the_budget_is_spent():
+    calls = []
+    timing, out = repeat_timed(lambda: calls.append(1) or len(calls), 4, budget_s=3600.0)
+    assert len(timing.runs) == 4 and out == 4
+    calls.clear()
+    timing, _ = repeat_timed(lambda: calls.append(1), 4, budget_s=0.0)
+    assert len(timing.runs) == 1 == len(calls)
+
+
+def test_bench_bad_rig_is_one_line_and_exit_2(write):
+    bad = write("bad.yaml", "gpus: []\nmodel: m.yaml\n")
+    res = run("--rig", str(bad))
+    assert res.exit_code == 2
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 1 and "bad.yaml" in lines[0] and "Traceback" not in res.output
+
+
+def test_bench_bad_grid_is_a_usage_error():
+    res = run("--sweep", "--gpus", "four")
+    assert res.exit_code == 2 and "comma-separated" in res.output
