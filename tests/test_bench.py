@@ -51,6 +51,7 @@ def test_bench_json_on_a_tiny_rig(write):
     assert out["import"]["runs"] == 2  # the yardstick always gets every run
     [row] = out["rigs"]
     assert (row["rig"], row["gpus"], row["layers"], row["pairs"]) == ("tiny", 2, 4, 12)
+    assert row["placements"] == 3 and row["gap"] == 0.0  # C(3, 1) cut lists
     assert row["arcs"] > 0 and row["status"] == "optimal" and row["cpsat_equals_dp"] is True
     assert set(row["pieces"]) == PIECES
     for t in row["pieces"].values():
@@ -91,7 +92,7 @@ def test_oracles_out_of_reach_are_skipped_with_a_reason():
     p = sweep_problem(seed=1, n_gpus=13, n_layers=14, experts=2, order="auto")
     row = measure(p, Settings(repeat=1, budget_s=0.0, workers=2, exhaustive_limit=1000))
     assert "12 GPUs" in row.pieces["dp"].skipped and not row.pieces["dp"].runs
-    assert "placements" in row.pieces["exhaustive"].skipped
+    assert "1,000-placement limit" in row.pieces["exhaustive"].skipped and row.placements > 1000
     assert row.agrees is None and row.ratio("cp-sat", "dp") is None
     assert row.status == "optimal" and len(row.pieces["cp-sat"].runs) == 1
 
