@@ -319,7 +319,10 @@ def render(title: str, rows: list[RigBench], import_ms: float | None, console: C
         status = r.status
         if r.status == "feasible" and r.gap is not None:
             status += f"\ngap {r.gap:.2%}"
-        status += {True: "\n= dp", False: "\n[red]!= dp[/red]", None: ""}[r.agrees]
+        if r.agrees is not None:
+            # an unproven plan may be an equally good one that the tie-breaks did not get to
+            differs = "\n[red]!= dp[/red]" if r.status == "optimal" else "\n[dim]not dp's plan[/dim]"
+            status += "\n= dp" if r.agrees else differs
         table.add_row(
             f"{r.name}\n[dim]{r.order}[/dim]",
             f"{r.gpus} x {r.layers}",
