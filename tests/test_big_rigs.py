@@ -85,11 +85,11 @@ def test_big_rig_has_a_plan_that_fits(rig):
 
 
 def test_six_auto_is_listed_in_a_poor_order():
-    """The rig's comment: as given its best window is 62.05 ms, a free order does better."""
+    """The rig's comment: as given its best window is 63.40 ms, a free order does better."""
     windows = {}
     for order in ("as-given", "auto"):
         p = load_problem(ROOT / "rigs" / "six-auto.yaml", Overrides(order=order))
         sol = solve_dp(build_arcs(p, walk_table(p)))
         windows[order] = evaluate(p, sol.gpus, sol.cuts).window_ms
-    assert windows["as-given"] == pytest.approx(62.05, abs=0.005)
+    assert windows["as-given"] == pytest.approx(63.40, abs=0.005)
     assert windows["auto"] < windows["as-given"] - 2.0
