@@ -56,7 +56,7 @@ class Result:
     oracle: Oracle | None = None
 
 
-def _hint(arcs: Arcs) -> Solution | None:
+def dp_hint(arcs: Arcs) -> Solution | None:
     """The DP's best plan in rig order: exact when the order is fixed, a start when it is free."""
     fixed = arcs if arcs.order == "as-given" else dataclasses.replace(arcs, order="as-given", twins=[])
     sol = solve_dp(fixed)
@@ -96,7 +96,7 @@ def plan_rig(p: Problem, limits: Limits | None = None, check: bool = False) -> R
     walk = walk_table(p)
     table_ms = (time.perf_counter() - t0) * 1e3
     arcs = build_arcs(p, walk)
-    solution = solve_cpsat(arcs, limits, hint=_hint(arcs) if len(arcs) else None)
+    solution = solve_cpsat(arcs, limits, hint=dp_hint(arcs) if len(arcs) else None)
     plan = evaluate(p, solution.gpus, solution.cuts) if solution.found else None
     if plan is not None and not feasible(p, plan):
         raise AssertionError(f"the solver returned an infeasible plan: {plan.gpus} {plan.cuts}")

@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from solver.arcs import build_arcs
+from solver.planner import dp_hint
 from solver.problem import load_problem
 from solver.rangewalk import walk_table
 from solver.solvers import Limits, plan_score
@@ -33,21 +34,24 @@ def same(sols) -> bool:
     return len({(s.status, s.gpus, s.cuts) for s in sols}) == 1
 
 
-problems = st.builds(
-    random_problem,
-    seed=st.integers(0, 10**6),
-    n_layers=st.integers(2, 9),
-    n_gpus=st.integers(1, 4),
-    experts=st.integers(1, 6),
-    order=st.sampled_from(["as-given", "auto"]),
-    objective=st.sampled_from(["time", "mass"]),
-    tight=st.floats(0.3, 1.6),
-    twins=st.booleans(),
-)
+@st.composite
+def problems(draw: st.DrawFn):
+    """Random small rigs, mostly feasible: enough layers for the GPUs' minimums, most of the time."""
+    k = draw(st.integers(1, 4))
+    return random_problem(
+        seed=draw(st.integers(0, 10**6)),
+        n_layers=draw(st.integers(min(2 * k + 1, 9), 9)),
+        n_gpus=k,
+        experts=draw(st.integers(1, 6)),
+        order=draw(st.sampled_from(["as-given", "auto"])),
+        objective=draw(st.sampled_from(["time", "mass"])),
+        tight=draw(st.floats(0.7, 2.0)),  # the tight end still gives infeasible rigs
+        twins=draw(st.booleans()),
+    )
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(problems)
+@given(problems())
 def test_three_solvers_agree_on_random_small_rigs(p):
     arcs, sols = answers(p)
     assert same(sols), [(s.name, s.status, s.gpus, s.cuts) for s in sols]
@@ -80,7 +84,7 @@ def test_shipped_rigs_agree(rig, objective):
 
     p = load_problem(rig, Overrides(objective=objective))
     arcs = build_arcs(p, walk_table(p))
-    cp = solve_cpsat(arcs, Limits(workers=2))
+    cp = solve_cpsat(arcs, Limits(workers=2), hint=dp_hint(arcs))  # seeded as `solve` seeds it
     assert cp.status == "optimal"
     if arcs.order == "as-given" or arcs.n_gpus <= 8:
         dp = solve_dp(arcs)
