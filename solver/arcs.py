@@ -27,6 +27,9 @@ import numpy as np
 from solver.problem import COARSE_TIME_SCALE, COEFF_BUDGET, FINE_TIME_SCALE, MASS_SCALE, Problem
 from solver.rangewalk import RangeWalk
 
+#: Up to this many GPUs, a free order's arc bounds come from exact passes over GPU subsets.
+EXACT_FREE_ORDER_GPUS = 10
+
 
 @dataclass(frozen=True)
 class Arcs:
@@ -218,6 +221,8 @@ def best_through(arcs: Arcs, weight: np.ndarray, sense: str) -> np.ndarray:
     n, k = arcs.n_layers, arcs.n_gpus
     worst = np.iinfo(np.int64).max // 4 * (1 if sense == "min" else -1)
     better = np.minimum if sense == "min" else np.maximum
+    if arcs.order == "auto" and k <= EXACT_FREE_ORDER_GPUS:
+        return _through_by_subsets(arcs, weight, worst, better)
     stage = arcs.gpu if arcs.order == "as-given" else None
     fwd = np.full((k + 1, n + 1), worst, dtype=np.int64)
     bwd = np.full((k + 1, n + 1), worst, dtype=np.int64)
@@ -237,3 +242,40 @@ def best_through(arcs: Arcs, weight: np.ndarray, sense: str) -> np.ndarray:
     if stage is not None:
         return through[stage, np.arange(len(arcs))]
     return through.min(axis=0) if sense == "min" else through.max(axis=0)
+
+
+def _through_by_subsets(arcs: Arcs, weight: np.ndarray, worst: int, better: np.ufunc) -> np.ndarray:
+    """Exact best whole plan through each arc with a free order: passes over subsets of used GPUs.
+
+    ``fwd[M, p]``: best weight of covering layers [0, p) with exactly the GPUs in M;
+    ``bwd[M, p]``: best weight of covering [p, L) with the GPUs not in M. O(2^k) passes of numpy.
+    """
+    n, k = arcs.n_layers, arcs.n_gpus
+    full = (1 << k) - 1
+    by_gpu = [np.flatnonzero(arcs.gpu == g) for g in range(k)]
+    fwd = np.full((full + 1, n + 1), worst, dtype=np.int64)
+    bwd = np.full((full + 1, n + 1), worst, dtype=np.int64)
+    fwd[0, 0] = 0
+    bwd[full, n] = 0
+    for mask in range(full + 1):
+        for g in range(k):
+            if mask >> g & 1:
+                continue
+            ids = by_gpu[g][fwd[mask, arcs.start[by_gpu[g]]] != worst]
+            better.at(fwd[mask | 1 << g], arcs.end[ids], fwd[mask, arcs.start[ids]] + weight[ids])
+    for mask in range(full, -1, -1):
+        for g in range(k):
+            if not mask >> g & 1:
+                continue
+            prev = mask ^ 1 << g
+            ids = by_gpu[g][bwd[mask, arcs.end[by_gpu[g]]] != worst]
+            better.at(bwd[prev], arcs.start[ids], bwd[mask, arcs.end[ids]] + weight[ids])
+    out = np.full(len(arcs), worst, dtype=np.int64)
+    for g in range(k):
+        ids = by_gpu[g]
+        masks = np.array([m for m in range(full + 1) if not m >> g & 1])
+        head = fwd[masks[:, None], arcs.start[ids][None, :]]
+        tail = bwd[(masks | 1 << g)[:, None], arcs.end[ids][None, :]]
+        total = np.where((head == worst) | (tail == worst), worst, head + weight[ids][None, :] + tail)
+        out[ids] = total.min(axis=0) if better is np.minimum else total.max(axis=0)
+    return out
