@@ -27,8 +27,9 @@ import numpy as np
 from solver.problem import COARSE_TIME_SCALE, COEFF_BUDGET, FINE_TIME_SCALE, MASS_SCALE, Problem
 from solver.rangewalk import RangeWalk
 
-#: Up to this many GPUs, a free order's arc bounds come from exact passes over GPU subsets.
-EXACT_FREE_ORDER_GPUS = 10
+#: A free order's arc bounds are exact when the count of GPUs used per class (identical GPUs form a
+#: class) takes at most this many values: 10 distinct GPUs, or sixteen.yaml's 1 + 1 + 6 + 8 (252).
+EXACT_FREE_ORDER_STATES = 1024
 
 
 @dataclass(frozen=True)
@@ -221,8 +222,8 @@ def best_through(arcs: Arcs, weight: np.ndarray, sense: str) -> np.ndarray:
     n, k = arcs.n_layers, arcs.n_gpus
     worst = np.iinfo(np.int64).max // 4 * (1 if sense == "min" else -1)
     better = np.minimum if sense == "min" else np.maximum
-    if arcs.order == "auto" and k <= EXACT_FREE_ORDER_GPUS:
-        return _through_by_subsets(arcs, weight, worst, better)
+    if arcs.order == "auto" and free_order_states(arcs) <= EXACT_FREE_ORDER_STATES:
+        return _through_by_classes(arcs, weight, worst, better)
     stage = arcs.gpu if arcs.order == "as-given" else None
     fwd = np.full((k + 1, n + 1), worst, dtype=np.int64)
     bwd = np.full((k + 1, n + 1), worst, dtype=np.int64)
@@ -244,38 +245,52 @@ def best_through(arcs: Arcs, weight: np.ndarray, sense: str) -> np.ndarray:
     return through.min(axis=0) if sense == "min" else through.max(axis=0)
 
 
-def _through_by_subsets(arcs: Arcs, weight: np.ndarray, worst: int, better: np.ufunc) -> np.ndarray:
-    """Exact best whole plan through each arc with a free order: passes over subsets of used GPUs.
+def gpu_classes(arcs: Arcs) -> np.ndarray:
+    """Class of each GPU, shape (k,): identical GPUs (the ``twins`` chains) share one, numbered from 0."""
+    cls = np.arange(arcs.n_gpus)
+    for i, j in arcs.twins:
+        cls[j] = cls[i]
+    return np.unique(cls, return_inverse=True)[1]
 
-    ``fwd[M, p]``: best weight of covering layers [0, p) with exactly the GPUs in M;
-    ``bwd[M, p]``: best weight of covering [p, L) with the GPUs not in M. O(2^k) passes of numpy.
+
+def free_order_states(arcs: Arcs) -> int:
+    """How many states the exact free-order pass needs: the ways to have used some of each class."""
+    return int(np.prod(np.bincount(gpu_classes(arcs)) + 1))
+
+
+def _through_by_classes(arcs: Arcs, weight: np.ndarray, worst: int, better: np.ufunc) -> np.ndarray:
+    """Exact best whole plan through each arc with a free order.
+
+    A state counts how many GPUs of each class (identical GPUs are interchangeable) cover layers
+    [0, p): ``fwd[S, p]`` is the best weight of that, ``bwd[S, p]`` of covering [p, L) with the rest.
+    States are mixed-radix numbers, so using one more GPU of class c adds ``stride[c]``.
     """
-    n, k = arcs.n_layers, arcs.n_gpus
-    full = (1 << k) - 1
-    by_gpu = [np.flatnonzero(arcs.gpu == g) for g in range(k)]
-    fwd = np.full((full + 1, n + 1), worst, dtype=np.int64)
-    bwd = np.full((full + 1, n + 1), worst, dtype=np.int64)
+    n = arcs.n_layers
+    cls = gpu_classes(arcs)
+    mult = np.bincount(cls)
+    stride = np.concatenate([[1], np.cumprod(mult + 1)[:-1]])
+    states = int(np.prod(mult + 1))
+    counts = (np.arange(states)[:, None] // stride[None, :]) % (mult + 1)[None, :]
+    rep = [np.flatnonzero(arcs.gpu == np.flatnonzero(cls == c)[0]) for c in range(len(mult))]
+    fwd = np.full((states, n + 1), worst, dtype=np.int64)
+    bwd = np.full((states, n + 1), worst, dtype=np.int64)
     fwd[0, 0] = 0
-    bwd[full, n] = 0
-    for mask in range(full + 1):
-        for g in range(k):
-            if mask >> g & 1:
-                continue
-            ids = by_gpu[g][fwd[mask, arcs.start[by_gpu[g]]] != worst]
-            better.at(fwd[mask | 1 << g], arcs.end[ids], fwd[mask, arcs.start[ids]] + weight[ids])
-    for mask in range(full, -1, -1):
-        for g in range(k):
-            if not mask >> g & 1:
-                continue
-            prev = mask ^ 1 << g
-            ids = by_gpu[g][bwd[mask, arcs.end[by_gpu[g]]] != worst]
-            better.at(bwd[prev], arcs.start[ids], bwd[mask, arcs.end[ids]] + weight[ids])
+    bwd[states - 1, n] = 0
+    for st in range(states):
+        for c in np.flatnonzero(counts[st] < mult):
+            ids = rep[c][fwd[st, arcs.start[rep[c]]] != worst]
+            better.at(fwd[st + stride[c]], arcs.end[ids], fwd[st, arcs.start[ids]] + weight[ids])
+    for st in range(states - 1, -1, -1):
+        for c in np.flatnonzero(counts[st] > 0):
+            ids = rep[c][bwd[st, arcs.end[rep[c]]] != worst]
+            better.at(bwd[st - stride[c]], arcs.start[ids], bwd[st, arcs.end[ids]] + weight[ids])
     out = np.full(len(arcs), worst, dtype=np.int64)
-    for g in range(k):
-        ids = by_gpu[g]
-        masks = np.array([m for m in range(full + 1) if not m >> g & 1])
-        head = fwd[masks[:, None], arcs.start[ids][None, :]]
-        tail = bwd[(masks | 1 << g)[:, None], arcs.end[ids][None, :]]
+    for g in range(arcs.n_gpus):
+        ids = np.flatnonzero(arcs.gpu == g)
+        c = cls[g]
+        open_ = np.flatnonzero(counts[:, c] < mult[c])
+        head = fwd[open_[:, None], arcs.start[ids][None, :]]
+        tail = bwd[(open_ + stride[c])[:, None], arcs.end[ids][None, :]]
         total = np.where((head == worst) | (tail == worst), worst, head + weight[ids][None, :] + tail)
         out[ids] = total.min(axis=0) if better is np.minimum else total.max(axis=0)
     return out

@@ -89,3 +89,17 @@ def test_shipped_rigs_agree(rig, objective):
     if arcs.order == "as-given" or arcs.n_gpus <= 8:
         dp = solve_dp(arcs)
         assert (dp.gpus, dp.cuts) == (cp.gpus, cp.cuts)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(problems())
+def test_tie_break_levels_agree_without_enumeration(p):
+    """With tie-set enumeration off, CP-SAT's bottleneck, cut and order descents give the same plan."""
+    import solver.solvers.cpsat as cpsat
+
+    saved, cpsat.MAX_TIES = cpsat.MAX_TIES, 0
+    try:
+        _, sols = answers(p)
+    finally:
+        cpsat.MAX_TIES = saved
+    assert same(sols), [(s.name, s.status, s.gpus, s.cuts) for s in sols]

@@ -26,7 +26,6 @@ from ortools.sat.python import cp_model
 from solver.arcs import MASS_SCALE, Arcs, best_through, subset
 from solver.solvers import Limits, Solution
 
-CHUNK_BITS = 60
 Fix = Callable[[cp_model.CpModel, list, Arcs], None]
 Objective = Callable[[cp_model.CpModel, list, Arcs], cp_model.LinearExpr | np.ndarray]
 
@@ -42,10 +41,6 @@ class _Progress(cp_model.CpSolverSolutionCallback):
 
     def on_solution_callback(self) -> None:
         self._report(self._what, self._scale(self.objective_value), self._scale(self.best_objective_bound))
-
-
-def _expr(x: list, ids: np.ndarray, coeffs: np.ndarray) -> cp_model.LinearExpr:
-    return cp_model.LinearExpr.weighted_sum([x[i] for i in ids], [int(c) for c in coeffs])
 
 
 def _build(arcs: Arcs) -> tuple[cp_model.CpModel, list]:
@@ -332,62 +327,46 @@ def _tie_breaks(chain: _Chain) -> bool:
 
     if not _bottleneck_descent(chain):
         return False
-    k, n = chain.arcs.n_gpus, chain.arcs.n_layers
-    for lo in range(1, n, CHUNK_BITS):
-        chunk = [p for p in range(lo, min(lo + CHUNK_BITS, n)) if (chain.arcs.start == p).any()]
-        if not chunk:
-            continue
+    return _cut_descent(chain) and (chain.arcs.order != "auto" or _order_descent(chain))
 
-        def cut_bits(m: cp_model.CpModel, x: list, a: Arcs, chunk: list[int] = chunk) -> cp_model.LinearExpr:
-            bits = []
-            for p in chunk:
-                u = m.new_bool_var(f"u{p}")
-                m.add(u == sum(x[i] for i in np.flatnonzero(a.start == p)))
-                bits.append(u)
-            return cp_model.LinearExpr.weighted_sum(
-                bits, [1 << (len(chunk) - 1 - j) for j in range(len(chunk))]
-            )
 
-        best = chain.step(cut_bits, "max")
-        if best is None:
-            return False
-        used = {p for j, p in enumerate(chunk) if best >> (len(chunk) - 1 - j) & 1}
+def _cut_descent(chain: _Chain) -> bool:
+    """The smallest cut list, fixed one cut at a time from the left.
+
+    With the stages before it fixed, the next cut is the smallest end of the arc that starts where
+    they stop: one min solve whose coefficients are layer numbers (a binary-weighted objective
+    over all boundaries took CP-SAT minutes on 16 GPUs). A choice of one needs no solve.
+    """
+    at, n = 0, chain.arcs.n_layers
+    while at < n:
         a = chain.arcs
-        idle = np.isin(a.start, [p for p in chunk if p not in used]) | np.isin(
-            a.end, [p for p in chunk if p not in used]
-        )
-        chain.keep(~idle)
-        for p in used:
-            chain.fixes.append(
-                lambda m, x, a, p=p: m.add(sum(x[i] for i in np.flatnonzero(a.start == p)) == 1)
-            )
-    if chain.arcs.order == "auto":
-        _, cuts = _read(chain.root, chain.chosen)
-        starts = (0, *cuts)
-        per_chunk = max(1, int(CHUNK_BITS // np.log2(max(k, 2))))
-        for lo in range(0, k, per_chunk):
-            stages = starts[lo : lo + per_chunk]
-
-            def order_digits(
-                m: cp_model.CpModel, x: list, a: Arcs, stages: tuple = stages
-            ) -> cp_model.LinearExpr:
-                digits = []
-                for j, p in enumerate(stages):
-                    ids = np.flatnonzero(a.start == p)
-                    g = m.new_int_var(0, k - 1, f"g{j}")
-                    m.add(g == _expr(x, ids, a.gpu[ids]))
-                    digits.append(g)
-                return cp_model.LinearExpr.weighted_sum(
-                    digits, [k ** (len(stages) - 1 - j) for j in range(len(stages))]
-                )
-
-            best = chain.step(order_digits, "min")
-            if best is None:
+        ends = np.unique(a.end[a.start == at])
+        best = int(ends[0])
+        if len(ends) > 1:
+            state, value = chain.solve(lambda m, x, a, at=at: np.where(a.start == at, a.end, 0), "min")
+            if state != "optimal":
                 return False
-            for j, p in enumerate(stages):
-                g = best // k ** (len(stages) - 1 - j) % k
-                a = chain.arcs
-                chain.keep((a.start == p) == (a.gpu == g))
+            best = int(value)
+        a = chain.arcs
+        chain.keep(((a.start != at) | (a.end == best)) & ~((a.start > at) & (a.start < best)))
+        at = best
+    return True
+
+
+def _order_descent(chain: _Chain) -> bool:
+    """With the cuts fixed, the smallest GPU order, fixed one stage at a time from the first."""
+    _, cuts = _read(chain.root, chain.chosen)
+    for p in (0, *cuts):
+        a = chain.arcs
+        gpus = np.unique(a.gpu[a.start == p])
+        best = int(gpus[0])
+        if len(gpus) > 1:
+            state, value = chain.solve(lambda m, x, a, p=p: np.where(a.start == p, a.gpu, 0), "min")
+            if state != "optimal":
+                return False
+            best = int(value)
+        a = chain.arcs
+        chain.keep((a.start == p) == (a.gpu == best))
     return True
 
 
