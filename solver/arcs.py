@@ -28,8 +28,8 @@ from solver.problem import COARSE_TIME_SCALE, COEFF_BUDGET, FINE_TIME_SCALE, MAS
 from solver.rangewalk import RangeWalk
 
 #: A free order's arc bounds are exact when the count of GPUs used per class (identical GPUs form a
-#: class) takes at most this many values: 10 distinct GPUs, or sixteen.yaml's 1 + 1 + 6 + 8 (252).
-EXACT_FREE_ORDER_STATES = 1024
+#: class) takes at most this many values: 12 distinct GPUs, or sixteen.yaml's 1 + 1 + 6 + 8 (252).
+EXACT_FREE_ORDER_STATES = 4096
 
 
 @dataclass(frozen=True)
@@ -286,11 +286,14 @@ def _through_by_classes(arcs: Arcs, weight: np.ndarray, worst: int, better: np.u
             better.at(bwd[st - stride[c]], arcs.start[ids], bwd[st, arcs.end[ids]] + weight[ids])
     out = np.full(len(arcs), worst, dtype=np.int64)
     for g in range(arcs.n_gpus):
-        ids = np.flatnonzero(arcs.gpu == g)
         c = cls[g]
         open_ = np.flatnonzero(counts[:, c] < mult[c])
-        head = fwd[open_[:, None], arcs.start[ids][None, :]]
-        tail = bwd[(open_ + stride[c])[:, None], arcs.end[ids][None, :]]
-        total = np.where((head == worst) | (tail == worst), worst, head + weight[ids][None, :] + tail)
-        out[ids] = total.min(axis=0) if better is np.minimum else total.max(axis=0)
+        every = np.flatnonzero(arcs.gpu == g)
+        step = max(1, 2**22 // max(len(open_), 1))  # about 32 MiB per temporary
+        for lo in range(0, len(every), step):
+            ids = every[lo : lo + step]
+            head = fwd[open_[:, None], arcs.start[ids][None, :]]
+            tail = bwd[(open_ + stride[c])[:, None], arcs.end[ids][None, :]]
+            total = np.where((head == worst) | (tail == worst), worst, head + weight[ids][None, :] + tail)
+            out[ids] = total.min(axis=0) if better is np.minimum else total.max(axis=0)
     return out
