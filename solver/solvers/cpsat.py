@@ -335,18 +335,13 @@ def _cut_descent(chain: _Chain) -> bool:
 
     With the stages before it fixed, the next cut is the smallest end of the arc that starts where
     they stop: one min solve whose coefficients are layer numbers (a binary-weighted objective
-    over all boundaries took CP-SAT minutes on 16 GPUs). A choice of one needs no solve.
+    over all boundaries took CP-SAT minutes on 16 GPUs).
     """
     at, n = 0, chain.arcs.n_layers
     while at < n:
-        a = chain.arcs
-        ends = np.unique(a.end[a.start == at])
-        best = int(ends[0])
-        if len(ends) > 1:
-            state, value = chain.solve(lambda m, x, a, at=at: np.where(a.start == at, a.end, 0), "min")
-            if state != "optimal":
-                return False
-            best = int(value)
+        best = _smallest(chain, at, lambda a: a.end)
+        if best is None:
+            return False
         a = chain.arcs
         chain.keep(((a.start != at) | (a.end == best)) & ~((a.start > at) & (a.start < best)))
         at = best
@@ -357,17 +352,25 @@ def _order_descent(chain: _Chain) -> bool:
     """With the cuts fixed, the smallest GPU order, fixed one stage at a time from the first."""
     _, cuts = _read(chain.root, chain.chosen)
     for p in (0, *cuts):
-        a = chain.arcs
-        gpus = np.unique(a.gpu[a.start == p])
-        best = int(gpus[0])
-        if len(gpus) > 1:
-            state, value = chain.solve(lambda m, x, a, p=p: np.where(a.start == p, a.gpu, 0), "min")
-            if state != "optimal":
-                return False
-            best = int(value)
+        best = _smallest(chain, p, lambda a: a.gpu)
+        if best is None:
+            return False
         a = chain.arcs
         chain.keep((a.start == p) == (a.gpu == best))
     return True
+
+
+def _smallest(chain: _Chain, at: int, key: Callable[[Arcs], np.ndarray]) -> int | None:
+    """The smallest ``key`` (end, or GPU) of the arc starting at ``at`` over the plans still tied.
+
+    A choice of one needs no solve; None if the deadline stopped the solve.
+    """
+    a = chain.arcs
+    options = np.unique(key(a)[a.start == at])
+    if len(options) == 1:
+        return int(options[0])
+    state, value = chain.solve(lambda m, x, a: np.where(a.start == at, key(a), 0), "min")
+    return int(value) if state == "optimal" else None
 
 
 def _plan_arcs(arcs: Arcs, plan: Solution) -> np.ndarray:
