@@ -103,3 +103,17 @@ def test_tie_break_levels_agree_without_enumeration(p):
     finally:
         cpsat.MAX_TIES = saved
     assert same(sols), [(s.name, s.status, s.gpus, s.cuts) for s in sols]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_dp_in_the_chosen_order_confirms_free_order_plans(seed):
+    """The --check oracle for free orders over 12 GPUs: the DP with CP-SAT's GPU order fixed."""
+    from solver.planner import _dp_in_order
+
+    p = random_problem(seed, n_layers=9, n_gpus=4, experts=5, order="auto", tight=1.2, twins=seed % 2 == 0)
+    arcs = build_arcs(p, walk_table(p))
+    cp = solve_cpsat(arcs, Limits(workers=1))
+    if not cp.found:
+        return
+    fixed = _dp_in_order(arcs, cp.gpus)
+    assert (fixed.status, fixed.gpus, fixed.cuts) == (cp.status, cp.gpus, cp.cuts)
