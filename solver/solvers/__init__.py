@@ -51,11 +51,9 @@ class TooLarge(Exception):
     """This oracle cannot take a problem of this size (say why in the message)."""
 
 
-def plan_arcs(
-    arcs: Arcs, gpus: tuple[int, ...], cuts: tuple[int, ...], index: np.ndarray | None = None
-) -> np.ndarray:
+def plan_arcs(arcs: Arcs, gpus: tuple[int, ...], cuts: tuple[int, ...]) -> np.ndarray:
     """Arc numbers of a plan's stages, -1 for a stage that is not a feasible arc."""
-    idx = arcs.index() if index is None else index
+    idx = arcs.index()
     bounds = (0, *cuts, arcs.n_layers)
     return np.array([idx[g, bounds[s], bounds[s + 1]] for s, g in enumerate(gpus)], dtype=np.int64)
 

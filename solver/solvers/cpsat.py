@@ -24,7 +24,7 @@ import pandas as pd
 from ortools.sat.python import cp_model
 
 from solver.arcs import MASS_SCALE, Arcs, best_through, subset
-from solver.solvers import Limits, Solution
+from solver.solvers import Limits, Solution, plan_arcs
 
 Fix = Callable[[cp_model.CpModel, list, Arcs], None]
 Objective = Callable[[cp_model.CpModel, list, Arcs], cp_model.LinearExpr | np.ndarray]
@@ -213,7 +213,7 @@ def solve_cpsat(arcs: Arcs, limits: Limits | None = None, hint: Solution | None 
     deadline = None if limits.time_limit is None else t0 + limits.time_limit
     chain = _Chain(arcs, arcs, limits, np.arange(len(arcs)), deadline)
     if hint is not None and hint.found:
-        chain.chosen = _plan_arcs(arcs, hint)
+        chain.chosen = plan_arcs(arcs, hint.gpus, hint.cuts)
     bound = None
     done = len(arcs) > 0
     if done and arcs.objective == "mass":
@@ -371,16 +371,6 @@ def _smallest(chain: _Chain, at: int, key: Callable[[Arcs], np.ndarray]) -> int 
         return int(options[0])
     state, value = chain.solve(lambda m, x, a: np.where(a.start == at, key(a), 0), "min")
     return int(value) if state == "optimal" else None
-
-
-def _plan_arcs(arcs: Arcs, plan: Solution) -> np.ndarray:
-    """Arc numbers of a known plan (a hint)."""
-    bounds = (0, *plan.cuts, arcs.n_layers)
-    picks = [
-        np.flatnonzero((arcs.gpu == g) & (arcs.start == bounds[s]) & (arcs.end == bounds[s + 1]))
-        for s, g in enumerate(plan.gpus)
-    ]
-    return np.concatenate(picks)
 
 
 def _read(arcs: Arcs, ids: np.ndarray) -> tuple[tuple[int, ...], tuple[int, ...]]:
