@@ -51,10 +51,6 @@ class Placement:
     def held_pairs(self) -> int:
         return sum(s.held_pairs for s in self.stages)
 
-    @property
-    def bottleneck_ms(self) -> float:
-        return max(s.compute_ms for s in self.stages)
-
 
 def bounds_ok(p: Problem, cuts: list[int] | tuple[int, ...]) -> bool:
     """Cuts strictly increasing inside (0, L) with one per stage boundary."""
