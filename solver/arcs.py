@@ -30,6 +30,8 @@ from solver.rangewalk import RangeWalk
 #: A free order's arc bounds are exact when the count of GPUs used per class (identical GPUs form a
 #: class) takes at most this many values: 12 distinct GPUs, or sixteen.yaml's 1 + 1 + 6 + 8 (252).
 EXACT_FREE_ORDER_STATES = 4096
+#: ``Arcs.spare`` of a stage whose layers keep no per-token KV cache: it limits no plan.
+SPARE_UNLIMITED = 2**62
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,12 @@ class Arcs:
 
     time: arc compute minus the miss time its cache saves (units of 1/time_scale ms)
     mass: held mass (units of 1e-12); bottleneck: arc compute (units of 1/time_scale ms)
+    stage: the stage's own time, compute plus the miss time of its layers' traffic it does not
+        hold (units of 1/time_scale ms; SPEC 7's ``stage_ms``, the throughput objective's max)
+    spare: spare KV tokens of the stage (resident engines, SPEC 6.3), SPARE_UNLIMITED when its
+        layers keep no per-token KV; larger is better, the plan's is the minimum over stages
+    host: bytes of its layers' experts the stage leaves in host memory; a plan's sum is bounded
+        by ``host_limit`` (bytes, None = no limit), a side constraint every solver must respect
     """
 
     n_layers: int
@@ -55,6 +63,10 @@ class Arcs:
     const_time: int
     time_scale: int
     twins: list[tuple[int, int]]
+    stage: np.ndarray
+    spare: np.ndarray
+    host: np.ndarray
+    host_limit: int | None = None
 
     @property
     def coarse(self) -> int:
@@ -156,6 +168,11 @@ def build_arcs(p: Problem, walk: RangeWalk) -> Arcs:
     saved = walk.held_sum(miss_units)[g, a, b]
     mass = walk.held_sum(mass_units)[g, a, b] if p.objective == "mass" else np.zeros_like(g)
     const = round(p.miss_ms * scale) + round(p.handoff_ms * scale) * (k - 1)
+    miss_by_layer = np.zeros(n, dtype=np.int64)
+    np.add.at(miss_by_layer, p.pair_layer, miss_units)
+    visible_miss = np.concatenate([[0], np.cumsum(miss_by_layer)])
+    expert_prefix = np.concatenate([[0], np.cumsum(p.experts_per_layer * p.expert_bytes)])
+    host = expert_prefix[b] - expert_prefix[a] - walk.held_bytes()[g, a, b]
     return Arcs(
         n_layers=n,
         n_gpus=k,
@@ -172,6 +189,10 @@ def build_arcs(p: Problem, walk: RangeWalk) -> Arcs:
         const_time=const,
         time_scale=scale,
         twins=_twins(p),
+        stage=compute + visible_miss[b] - visible_miss[a] - saved,
+        spare=np.full(len(g), SPARE_UNLIMITED, dtype=np.int64),
+        host=host,
+        host_limit=p.host_memory,
     )
 
 
@@ -208,6 +229,9 @@ def subset(arcs: Arcs, keep: np.ndarray) -> Arcs:
         time=arcs.time[keep],
         mass=arcs.mass[keep],
         bottleneck=arcs.bottleneck[keep],
+        stage=arcs.stage[keep],
+        spare=arcs.spare[keep],
+        host=arcs.host[keep],
     )
 
 

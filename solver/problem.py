@@ -46,6 +46,8 @@ class Problem:
 
     layer_bytes (L,)   bytes a stage holds per layer it runs (dense + state + KV at ``context``)
     expert_bytes (L,)  bytes of one cached expert of each layer
+    experts (L,)       routed experts per layer (None: the profile's pairs per layer)
+    host_memory        bytes of host RAM for the experts no GPU holds (None: no limit)
     pair_layer (N,)    layer of rank r; pair_bytes (N,) its cached size; mass (N,) its routed mass
     free, reserve (k,) bytes; layer_ms (k,) ms per layer; min_layers, max_layers (k,)
     """
@@ -73,6 +75,8 @@ class Problem:
     objective: str = "time"
     context: int = 0
     files: dict[str, str] = field(default_factory=dict)
+    experts: np.ndarray | None = None
+    host_memory: int | None = None
 
     @property
     def n_layers(self) -> int:
@@ -81,6 +85,13 @@ class Problem:
     @property
     def n_gpus(self) -> int:
         return len(self.free)
+
+    @property
+    def experts_per_layer(self) -> np.ndarray:
+        """Routed experts of each layer, shape (L,); problems built as bare arrays count the profile's."""
+        if self.experts is not None:
+            return self.experts
+        return np.bincount(self.pair_layer, minlength=self.n_layers).astype(np.int64)
 
     @property
     def worst_window_ms(self) -> float:
@@ -210,6 +221,7 @@ def resolve(
         objective=rig.objective,
         context=context,
         files=files,
+        experts=experts,
     )
     _check_scales(p, files.get("rig", rig_name))
     return p
