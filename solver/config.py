@@ -17,10 +17,11 @@ from pydantic import (
 )
 
 from solver.errors import brief
-from solver.units import parse_size
+from solver.units import parse_rate, parse_size
 from solver.yamlfile import YamlDoc, load_yaml
 
 Size = Annotated[int, BeforeValidator(parse_size)]
+Rate = Annotated[int, BeforeValidator(parse_rate)]
 Name = Annotated[str, BeforeValidator(lambda v: str(v) if isinstance(v, (int, float)) else v)]
 #: Largest time (ms), clock (GHz) or curve parameter a file may give: far above any real one, and
 #: small enough that windows still score in whole units of 1e-6 ms (see solver.arcs).
@@ -111,7 +112,10 @@ class RigConfig(_Strict):
     handoff_ms: NonNegMs = 0.0
     first_stage_min_layers: Count = 1
     order: Literal["as-given", "auto"] = "as-given"
-    objective: Literal["time", "mass"] = "time"
+    objective: Literal["time", "mass", "throughput"] = "time"
+    engine: Literal["strata", "llama.cpp", "vllm", "sglang"] = "strata"
+    host_bandwidth: Rate | None = None
+    host_memory: Size | None = None
     gpus: Annotated[list[GpuConfig], Field(min_length=1)]
 
 
@@ -131,6 +135,9 @@ class ModelConfig(_Strict):
     first_stage_bytes: Size = 0
     last_stage_bytes: Size = 0
     curve: Curve = CoverCurve(kind="cover", b=3.0)
+    active_experts: Count | None = None
+    expert_tensors: dict[str, PerLayerSize] | None = None
+    max_context: Count | None = None
 
 
 _MESSAGES = {

@@ -50,6 +50,19 @@ def parse_size(value: object) -> int:
     return size
 
 
+def parse_rate(value: object) -> int:
+    """Bytes per second of a rate given as an integer or a size string ending in ``/s`` (``60 GB/s``)."""
+    if isinstance(value, str):
+        text = value.strip()
+        if not text.endswith("/s"):
+            raise ValueError(f"expected a rate like '60 GB/s', got {brief(value)}")
+        value = text[:-2]
+    rate = parse_size(value)
+    if rate == 0:
+        raise ValueError("a rate must be above 0 bytes per second")
+    return rate
+
+
 def _floor_bytes(number: Decimal, unit: int) -> int:
     """``floor(number * unit)``, exact and quick for any exponent (INT64_MAX + 1 for anything beyond).
 
