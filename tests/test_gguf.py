@@ -137,8 +137,12 @@ def test_qwen3moe_q4_k_m_like(tmp_path: Path) -> None:
     assert model.state_bytes == {"full": 0}
     assert model.last_stage_bytes == HEAD_BYTES and model.first_stage_bytes == 0
     assert model.command == "solve model from-gguf q.gguf"
-    assert "qwen3moe.context_length 4096" in model.sources["max_context"]
-    assert set(model.sources) >= {"layers", "experts", "expert_bytes", "dense_bytes", "kv_bytes_per_token"}
+    assert model.max_context == 4096 and "qwen3moe.context_length" in model.sources["max_context"]
+    assert list(model.sources) == [
+        *("name", "layers", "experts", "active_experts", "expert_bytes", "dense_bytes", "kinds"),
+        *("state_bytes", "kv_bytes_per_token", "first_stage_bytes", "last_stage_bytes", "max_context"),
+        "expert_tensors",
+    ]
 
 
 @pytest.mark.parametrize(

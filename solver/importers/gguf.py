@@ -53,6 +53,12 @@ EXPERT_STEMS = ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps", "ffn_gate_up_ex
 #: Tensors of the output slot (the head), counted on the last stage.
 HEAD_TENSORS = ("output.weight", "output.bias", "output_norm.weight", "output_norm.bias")
 
+#: The order of ``sources``: the model file's keys as it lists them.
+SOURCE_ORDER = (
+    "name", "layers", "experts", "active_experts", "expert_bytes", "dense_bytes", "kinds", "state_bytes",
+    "kv_bytes_per_token", "first_stage_bytes", "last_stage_bytes", "max_context", "expert_tensors",
+)  # fmt: skip
+
 #: llama.cpp's default micro-batch and SWA cache padding (llama-kv-cache-iswa.cpp).
 DEFAULT_N_UBATCH = 512
 SWA_PAD = 256
@@ -98,7 +104,8 @@ def read_gguf(path: Path, kv_type: str = "f16") -> ImportedModel:
         first_stage_bytes=0,
         last_stage_bytes=counted.head_bytes,
         command=command,
-        sources=sources,
+        sources={key: sources[key] for key in SOURCE_ORDER if key in sources},
+        max_context=meta.context or None,
     )
 
 
@@ -197,9 +204,9 @@ class _Meta:
             layers += f" less {self.key('nextn_predict_layers')} {self.nextn} (MTP layers, not loaded)"
         self.sources["layers"] = layers
         self.sources["active_experts"] = f"{self.key('expert_used_count')} {self.active_experts}"
-        context = self.int("context_length", 0)
-        if context:
-            self.sources["max_context"] = f"{self.key('context_length')} {context}"
+        self.context = self.int("context_length", 0)
+        if self.context:
+            self.sources["max_context"] = f"{self.key('context_length')} {self.context}"
 
     def key(self, suffix: str) -> str:
         """The full metadata key ``{arch}.{suffix}``."""
