@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -137,3 +139,26 @@ def test_planning_a_rig_never_imports_the_importers():
     code = "import sys, solver.cli; print(sorted(m for m in sys.modules if 'importers' in m or m == 'gguf'))"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_the_shipped_importer_models_are_what_their_header_commands_write(tmp_path):
+    shipped = sorted(p for p in (ROOT / "models").glob("*.yaml") if "solve model from-hf" in p.read_text())
+    assert len(shipped) >= 7
+    for path in shipped:
+        command = path.read_text().splitlines()[0].split("`")[1]
+        args = shlex.split(command)[1:]
+        out = args.index("-o") + 1
+        assert ROOT / args[out] == path
+        args[out] = str(tmp_path / path.name)
+        cwd = os.getcwd()
+        os.chdir(ROOT)
+        try:
+            assert run(*args).exit_code == 0
+        finally:
+            os.chdir(cwd)
+
+        # The same file but for the command's -o and the profile's path, both relative to the output.
+        def body(text: str) -> list[str]:
+            return [line for line in text.splitlines()[1:] if not line.startswith("profile: ")]
+
+        assert body((tmp_path / path.name).read_text()) == body(path.read_text()), path.name
