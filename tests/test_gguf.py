@@ -386,6 +386,23 @@ def test_mixtral_defaults_and_tied_embeddings(tmp_path: Path) -> None:
     assert model.experts == [E, E]
 
 
+def test_mixtral_per_expert_tensors(tmp_path: Path) -> None:
+    """An older Mixtral conversion with one tensor per expert reads as the merged one llama.cpp builds."""
+    kv = base_kv("llama", 1)
+    merged = [*gqa_tensors(0), *expert_tensors(0, Q.Q6_K), *head()]
+    split = [*gqa_tensors(0), t("blk.0.ffn_gate_inp.weight", Q.F32, H, E), *head()]
+    for x in range(E):
+        split += [t(f"blk.0.ffn_{p}.{x}.weight", Q.Q4_K, H, F) for p in ("gate", "up")]
+        split += [t(f"blk.0.ffn_down.{x}.weight", Q.Q6_K, F, H)]
+    one = read_gguf(write_and(tmp_path / "merged.gguf", "llama", kv, merged))
+    each = read_gguf(write_and(tmp_path / "split.gguf", "llama", kv, split))
+    assert each.expert_tensors == one.expert_tensors and each.expert_bytes == one.expert_bytes
+    assert each.dense_bytes == one.dense_bytes and each.experts == [E]
+    assert "per-expert" in each.sources["expert_tensors"]
+    missing = [x for x in split if x.name != "blk.0.ffn_up.3.weight"]
+    assert "per-expert tensors for 4 of 4" not in error(write_and(tmp_path / "m.gguf", "llama", kv, missing))
+
+
 def test_split_model_reads_every_shard(tmp_path: Path) -> None:
     whole = read_gguf(qwen3moe(tmp_path / "one.gguf"))
     qwen3moe(tmp_path / "split.gguf", split=20)

@@ -9,7 +9,8 @@ What llama.cpp does with each number, and so what this module counts:
   experts (their last GGML dimension must agree); any other layer (``leading_dense_block_count``,
   ``mlp_only_layers``) has 0. ``expert_tensors`` are those tensors (biases and scales included) by
   ``n_bytes``; ``expert_bytes[l]`` is their sum over the layer's experts, rounded up; every other
-  ``blk.l.`` tensor is ``dense_bytes[l]``.
+  ``blk.l.`` tensor is ``dense_bytes[l]``. An older Mixtral conversion's per-expert tensors
+  (``blk.N.ffn_gate.E.weight``) count as the ``ffn_gate_exps`` tensor llama.cpp merges them into.
 - ``last_stage_bytes`` = ``output.*`` + ``output_norm.*``: llama.cpp puts the output slot on the
   last device. Without ``output.weight`` the embeddings are tied and llama.cpp loads ``token_embd``
   a second time there (``TENSOR_DUPLICATED``), so it counts as the head. ``first_stage_bytes`` is 0:
@@ -68,6 +69,9 @@ STATE_ELEMENT_BYTES = 4
 
 SHARD_NAME = re.compile(r"^(?P<stem>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
 BLOCK_TENSOR = re.compile(r"^blk\.(\d+)\.(.+)$")
+#: One expert's tensor in an older Mixtral conversion (``blk.N.ffn_gate.E.weight``): llama.cpp merges
+#: a layer's into one ``ffn_gate_exps`` tensor when it loads them, so they count as that tensor.
+PER_EXPERT_TENSOR = re.compile(r"^(ffn_(?:gate|up|down))\.(\d+)\.weight$")
 
 
 def read_gguf(path: Path, kv_type: str = "f16") -> ImportedModel:
@@ -260,6 +264,7 @@ def _count_tensors(
     dense = [0] * layers
     expert_tensors: dict[str, list[int]] = {}
     moe = [False] * layers
+    per_expert: list[dict[str, set[int]]] = [{} for _ in range(layers)]
     head = {}
     dropped = 0
     by_name = {t.name: t for t in tensors}
@@ -276,6 +281,12 @@ def _count_tensors(
             dropped += t.n_bytes
             continue
         stem = rest.split(".", 1)[0]
+        single = PER_EXPERT_TENSOR.match(rest)
+        if single:
+            moe[il] = True
+            per_expert[il].setdefault(single[1], set()).add(int(single[2]))
+            expert_tensors.setdefault(f"{single[1]}_exps", [0] * layers)[il] += t.n_bytes
+            continue
         if stem not in EXPERT_STEMS:
             dense[il] += t.n_bytes
             continue
@@ -285,6 +296,11 @@ def _count_tensors(
         moe[il] = True
         key = rest.removesuffix(".weight")
         expert_tensors.setdefault(key, [0] * layers)[il] += t.n_bytes
+    for il, stems in enumerate(per_expert):
+        for stem, ids in stems.items():
+            if ids != set(range(meta.expert_count)):
+                have = f"{stem}.E tensors for {len(ids)} of {meta.expert_count} experts"
+                raise InputError(shown, f"layer {il} has {have}")
     experts = [meta.expert_count if moe[il] else 0 for il in range(layers)]
     if not any(moe):
         raise InputError(shown, "no routed expert tensors (blk.N.ffn_*_exps): not a mixture-of-experts model")
@@ -299,6 +315,8 @@ def _count_tensors(
         + (f"; {meta.key('leading_dense_block_count')} {meta.leading_dense}" if meta.leading_dense else "")
     )
     sources["expert_tensors"] = "n_bytes of blk.N.ffn_{gate,up,down,gate_up}_exps (ggml type and shape)"
+    if any(per_expert):
+        sources["expert_tensors"] += "; per-expert blk.N.ffn_{gate,up,down}.E summed (an older conversion)"
     sources["expert_bytes"] = "a layer's expert tensors over its experts, rounded up to a whole byte"
     sources["dense_bytes"] = "n_bytes of every other blk.N tensor (attention, router, shared experts, norms)"
     if dropped:
