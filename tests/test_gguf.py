@@ -517,3 +517,7 @@ def test_unknown_architecture_and_missing_keys(tmp_path: Path) -> None:
 def test_dense_model_is_an_error(tmp_path: Path) -> None:
     path = write_and(tmp_path / "dense.gguf", "llama", base_kv("llama", 1), [*gqa_tensors(0), *head()])
     assert "not a mixture-of-experts model" in error(path)
+    kv = base_kv("llama", 1)
+    del kv["llama.expert_count"], kv["llama.expert_used_count"]
+    path = write_and(tmp_path / "llama.gguf", "llama", kv, [*gqa_tensors(0), *head()])
+    assert "no llama.expert_count: not a mixture-of-experts model" in error(path)

@@ -197,7 +197,9 @@ class _Meta:
         self.nextn = self.int("nextn_predict_layers", 0)
         if not 0 <= self.nextn < self.block_count:
             raise InputError(shown, f"{self.key('nextn_predict_layers')} {self.nextn} leaves no layers")
-        self.expert_count = self.int("expert_count")
+        self.expert_count = self.int("expert_count", 0)
+        if self.expert_count == 0:
+            raise InputError(shown, f"no {self.key('expert_count')}: not a mixture-of-experts model")
         self.active_experts = self.int("expert_used_count")
         if not 0 < self.active_experts <= self.expert_count:
             used = f"{self.key('expert_used_count')} {self.active_experts}"
