@@ -215,3 +215,14 @@ def test_bad_configs_are_one_line_errors(write, text, says):
 def test_unknown_scheme_lists_the_known_ones():
     with pytest.raises(InputError, match="Q4_K_M"):
         read_hf(HF / "mixtral-8x22b.json", "Q3_K")
+
+
+def test_deepseek_v2_without_a_q_lora_projects_q_straight_from_the_hidden_state(write):
+    cfg = json.loads((HF / "deepseek-v3.json").read_text())
+    cfg.update(model_type="deepseek_v2", q_lora_rank=None, topk_method="greedy", n_shared_experts=2)
+    m = read_hf(write("v2.json", json.dumps(cfg)), "BF16")
+    h, nh = 7168, 128
+    attention = h * nh * 192 + h * 576 + 512 * nh * 256 + nh * 128 * h + 512  # q, kv_a, kv_b, o, kv_a_norm
+    moe = 256 * h + 3 * h * 2 * 2048  # router without a bias, two shared experts
+    assert m.dense_bytes[3] == (attention + moe + 2 * h) * 2
+    assert m.expert_bytes[3] == 3 * h * 2048 * 2

@@ -93,6 +93,7 @@ _TABLE: list[Card] = [
     Card("RTX 5080", _gib(16), 84, 2.617),
     Card("RTX 5090", _gib(32), 170, 2.407),
     # RTX A-series workstation (Ampere)
+    Card("RTX A2000", _gib(6), 26, 1.200),
     Card("RTX A2000 12GB", _gib(12), 26, 1.200),
     Card("RTX A4000", _gib(16), 48, 1.560),
     Card("RTX A4500", _gib(20), 56, 1.650),
@@ -134,7 +135,6 @@ _ALIASES: dict[str, str] = {
     "rtx4500ada": "RTX 4500 Ada Generation",
     "rtx4000ada": "RTX 4000 Ada Generation",
     "rtx4000sffada": "RTX 4000 SFF Ada Generation",
-    "rtxa2000": "RTX A2000 12GB",
 }
 
 #: The cards by name as NVML spells it (after ``short_name``).
