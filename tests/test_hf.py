@@ -226,3 +226,9 @@ def test_deepseek_v2_without_a_q_lora_projects_q_straight_from_the_hidden_state(
     moe = 256 * h + 3 * h * 2 * 2048  # router without a bias, two shared experts
     assert m.dense_bytes[3] == (attention + moe + 2 * h) * 2
     assert m.expert_bytes[3] == 3 * h * 2048 * 2
+
+
+def test_a_null_head_dim_falls_back_to_hidden_over_heads(write):
+    cfg = json.loads((HF / "mixtral-8x22b.json").read_text())
+    cfg["head_dim"] = None
+    assert read_hf(write("c.json", json.dumps(cfg)), "BF16").kv_bytes_per_token == {"full": 2 * 8 * 128 * 2}

@@ -83,48 +83,21 @@ FORMATS: dict[str, Format] = {
 
 #: Tensor classes: matrix (attention, dense and shared MLP), expert (routed experts), embed, head,
 #: router, vector (norms, biases, sinks and other 1-D tensors).
+CLASSES = ("matrix", "expert", "embed", "head", "router", "vector")
+
+
+def _formats(*names: str) -> dict[str, str]:
+    return dict(zip(CLASSES, names, strict=True))
+
+
+#: The storage type of each tensor class under each weight scheme (the docstring's table).
 SCHEMES: dict[str, dict[str, str]] = {
-    "BF16": dict.fromkeys(("matrix", "expert", "embed", "head", "router", "vector"), "BF16"),
-    "FP8": {
-        "matrix": "FP8",
-        "expert": "FP8",
-        "embed": "BF16",
-        "head": "BF16",
-        "router": "BF16",
-        "vector": "BF16",
-    },
-    "Q8_0": {
-        "matrix": "Q8_0",
-        "expert": "Q8_0",
-        "embed": "Q8_0",
-        "head": "Q8_0",
-        "router": "F32",
-        "vector": "F32",
-    },
-    "Q4_K": {
-        "matrix": "Q4_K",
-        "expert": "Q4_K",
-        "embed": "Q4_K",
-        "head": "Q6_K",
-        "router": "F32",
-        "vector": "F32",
-    },
-    "Q4_K_M": {
-        "matrix": "Q4_K",
-        "expert": "Q4_K",
-        "embed": "Q4_K",
-        "head": "Q6_K",
-        "router": "F32",
-        "vector": "F32",
-    },
-    "MXFP4": {
-        "matrix": "BF16",
-        "expert": "MXFP4",
-        "embed": "BF16",
-        "head": "BF16",
-        "router": "BF16",
-        "vector": "BF16",
-    },
+    "BF16": _formats("BF16", "BF16", "BF16", "BF16", "BF16", "BF16"),
+    "FP8": _formats("FP8", "FP8", "BF16", "BF16", "BF16", "BF16"),
+    "Q8_0": _formats("Q8_0", "Q8_0", "Q8_0", "Q8_0", "F32", "F32"),
+    "Q4_K": _formats("Q4_K", "Q4_K", "Q4_K", "Q6_K", "F32", "F32"),
+    "Q4_K_M": _formats("Q4_K", "Q4_K", "Q4_K", "Q6_K", "F32", "F32"),
+    "MXFP4": _formats("BF16", "MXFP4", "BF16", "BF16", "BF16", "BF16"),
 }
 
 #: Q4_K_M: these tensors are Q6_K on the ``use_more_bits`` layers.
@@ -175,14 +148,15 @@ class Config:
 
     def __init__(self, data: dict[str, Any], shown: str):
         self.shown = shown
-        self.data = data.get("text_config") or data
+        text = data.get("text_config")
+        self.data = text if isinstance(text, dict) and text else data
         self.type = str(self.data.get("model_type") or data.get("model_type") or "")
 
     def has(self, key: str) -> bool:
         return self.data.get(key) is not None
 
     def int(self, key: str, default: int | None = None) -> int:
-        value = self.data.get(key, default)
+        value = self.get(key, default)
         if value is None:
             raise InputError(self.shown, f"missing (a {self.type} config needs it)", key=key)
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -509,7 +483,7 @@ def _default_name(data: dict[str, Any], path: Path) -> str:
 
 def _scheme_line(scheme: str) -> str:
     table = SCHEMES[scheme]
-    parts = [f"{cls} {table[cls]}" for cls in ("matrix", "expert", "embed", "head", "router", "vector")]
+    parts = [f"{cls} {table[cls]}" for cls in CLASSES]
     line = f"{scheme}: " + ", ".join(parts)
     if scheme == "Q4_K_M":
         line += "; attn_v and ffn_down* Q6_K on use_more_bits layers"
@@ -568,7 +542,10 @@ def read_hf(config_path: Path, weights: str, name: str | None = None) -> Importe
         "dense_bytes": "attention, router, shared experts and norms of the layer at the scheme's bits",
         "first_stage_bytes": f"token embeddings {vocab} x {h} ({SCHEMES[scheme]['embed']}): vLLM and SGLang"
         " load them on the first stage",
-        "last_stage_bytes": f"lm_head {vocab} x {h} ({SCHEMES[scheme]['head']}) + final norm",
+        "last_stage_bytes": f"lm_head {vocab} x {h} ({SCHEMES[scheme]['head']}) + final norm"
+        + (
+            " (tied to the embeddings; the last stage still holds it)" if c.get("tie_word_embeddings") else ""
+        ),
         "kv_bytes_per_token": "2 B per element (BF16/FP16 KV cache)",
         "max_context": "max_position_embeddings",
         **fam.notes,
