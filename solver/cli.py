@@ -18,6 +18,7 @@ from solver.atomicfile import atomic_open, refuse_inputs
 from solver.config import shown_path
 from solver.errors import InputError
 from solver.export import ENGINES, engine_flags
+from solver.model_cli import model_group, rig_group
 from solver.problem import Overrides, load_problem
 from solver.profile_cli import profile_group
 from solver.solvers import Limits
@@ -56,6 +57,8 @@ def cli() -> None:
 
 
 cli.add_command(profile_group)
+cli.add_command(model_group)
+cli.add_command(rig_group)
 
 
 def default_workers() -> int:

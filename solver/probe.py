@@ -20,6 +20,7 @@ import click
 
 from solver.config import load_model, shown_path
 from solver.errors import InputError
+from solver.importers.cards import find_card
 from solver.problem import REFERENCE_GHZ, REFERENCE_LAYER_MS, REFERENCE_SMS, estimate_layer_ms
 
 MIB = 2**20
@@ -47,27 +48,6 @@ CORES_PER_SM: dict[tuple[int, int], int] = {
     (10, 0): 128,
     (10, 1): 128,
     (12, 0): 128,
-}
-
-#: SM counts of common cards by their short name (NVML's name without "NVIDIA " / "GeForce "), used when
-#: NVML cannot give the CUDA-core count. Exact names only: "RTX 3060" is not "RTX 3060 Ti" or a laptop part.
-SM_TABLE: dict[str, int] = {
-    "RTX 2080 Ti": 68,
-    "RTX 3060": 28,
-    "RTX 3090": 82,
-    "RTX 4090": 128,
-    "RTX 5060 Ti": 36,
-    "RTX 5080": 84,
-    "RTX 5090": 170,
-    "RTX A4000": 48,
-    "A100-SXM4-40GB": 108,
-    "A100-SXM4-80GB": 108,
-    "A100-PCIE-40GB": 108,
-    "A100 80GB PCIe": 108,
-    "H100 80GB HBM3": 132,
-    "H100 PCIe": 114,
-    "H100 NVL": 132,
-    "H200": 132,
 }
 
 
@@ -176,8 +156,9 @@ def _sms(nvml: Any, handle: Any, gpu: GpuInfo) -> None:
             gpu.sms_source = f"NVML: {cores} CUDA cores / {per} per SM at compute {cc[0]}.{cc[1]}"
             return
         why_cores = f"{cores} CUDA cores at compute {cc[0]}.{cc[1]} do not give a known SM count"
-    if gpu.name and short_name(gpu.name) in SM_TABLE:
-        gpu.sms = SM_TABLE[short_name(gpu.name)]
+    known = find_card(gpu.name) if gpu.name else None
+    if known is not None:
+        gpu.sms = known.sms
         gpu.sms_source = "moesplit's table by name"
         return
     reason = why_cores or why_cc

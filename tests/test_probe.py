@@ -14,6 +14,7 @@ from solver import probe as probe_mod
 from solver.cli import cli
 from solver.config import load_rig
 from solver.errors import InputError
+from solver.importers.cards import find_card
 from solver.probe import ProbeError, probe, rig_yaml, visible_order
 from solver.problem import estimate_layer_ms
 
@@ -373,7 +374,8 @@ def test_a_bad_model_is_refused_before_probing(monkeypatch, write):
     assert result.exit_code == 2 and "bad.yaml" in result.stderr
 
 
-def test_the_name_table_matches_exact_names_only():
-    assert probe_mod.short_name("NVIDIA GeForce RTX 3060 Ti") not in probe_mod.SM_TABLE
-    assert probe_mod.SM_TABLE[probe_mod.short_name("NVIDIA GeForce RTX 3060")] == 28
-    assert probe_mod.SM_TABLE[probe_mod.short_name("NVIDIA H200")] == 132
+def test_the_name_table_matches_whole_names_only():
+    assert find_card("NVIDIA GeForce RTX 3060 Ti").sms == 38
+    assert find_card("NVIDIA GeForce RTX 3060").sms == 28
+    assert find_card("NVIDIA H200").sms == 132
+    assert find_card("NVIDIA GeForce RTX 3060 Laptop GPU") is None

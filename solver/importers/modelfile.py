@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import textwrap
 from dataclasses import dataclass, field
 
 
@@ -18,6 +20,7 @@ class ImportedModel:
     state_bytes          fixed per-layer session state by kind (linear attention / SSM), bytes
     kv_bytes_per_token   KV cache bytes per token by kind
     sources              model-file key -> where its number came from, written as comments
+    max_context          the longest context the model was trained for (written when known)
     """
 
     name: str
@@ -36,3 +39,125 @@ class ImportedModel:
     estimate: bool = False
     command: str = ""
     sources: dict[str, str] = field(default_factory=dict)
+    max_context: int | None = None
+
+
+#: Width the per-layer lists are wrapped at.
+LINE_WIDTH = 100
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:,.2f} MiB"
+
+
+def _flow(values: list, indent: int = 2) -> str:
+    """A YAML flow list, wrapped to LINE_WIDTH: ``[1, 2, 3]`` on one line when it fits."""
+    items = [str(v) for v in values]
+    one = "[" + ", ".join(items) + "]"
+    if len(one) <= LINE_WIDTH - 24:
+        return one
+    lines, line = [], " " * indent
+    for item in items:
+        piece = f"{item},"
+        if len(line) + len(piece) + 1 > LINE_WIDTH and line.strip():
+            lines.append(line)
+            line = " " * indent
+        line += piece if not line.strip() else f" {piece}"
+    lines.append(line)
+    return "[\n" + "\n".join(lines) + "\n]"
+
+
+def _compact(values: list) -> object:
+    """One value when every entry is the same, else the list."""
+    return values[0] if len(set(values)) == 1 else values
+
+
+def _period(kinds: list[str]) -> list[str]:
+    """The shortest prefix that repeated cyclically gives ``kinds`` (the model file repeats kinds so)."""
+    for p in range(1, len(kinds) + 1):
+        if all(k == kinds[i % p] for i, k in enumerate(kinds)):
+            return kinds[:p]
+    return kinds
+
+
+def _value(value: object, indent: int = 2) -> str:
+    return _flow(value, indent) if isinstance(value, list) else str(value)
+
+
+def _line(key: str, value: object, comment: str = "") -> str:
+    text = f"{key}: {_value(value)}"
+    if comment and "\n" not in text:
+        return f"{text:<34} # {comment}"
+    return f"{text}  # {comment}" if comment else text
+
+
+def _moe_values(m: ImportedModel, values: list[int]) -> object:
+    """A per-layer expert size: one value when it is the same on every MoE layer (dense layers ignore it)."""
+    moe = {v for v, e in zip(values, m.experts, strict=True) if e}
+    return moe.pop() if len(moe) == 1 else values
+
+
+def model_yaml(m: ImportedModel, profile: str | None = None) -> str:
+    """The model file (SPEC 2.2 and 6.1) for ``m``, with comments saying where every number came from.
+
+    Lists that hold one value throughout are written as that value, and ``kinds`` as its shortest
+    repeating cycle. ``profile`` (a path relative to the model file) is written only when given.
+    """
+    head = [f"# {m.name}: model file written by `{m.command}`." if m.command else f"# {m.name}: model file."]
+    if m.estimate:
+        head += [
+            "# ESTIMATE: the bytes come from the weight scheme's bits per tensor class, not from the weights",
+            "# file itself; import the GGUF file (solve model from-gguf) for exact bytes.",
+        ]
+    if m.sources:
+        head.append("# Where the numbers come from:")
+        for key, text in m.sources.items():
+            head += textwrap.wrap(
+                f"{key}: {text}", LINE_WIDTH, initial_indent="#   ", subsequent_indent="#     "
+            )
+    total_experts = sum(e * b for e, b in zip(m.experts, m.expert_bytes, strict=True))
+    head += [
+        f"# Totals: routed experts {total_experts / 2**30:,.2f} GiB, other layer weights "
+        f"{sum(m.dense_bytes) / 2**30:,.2f} GiB,",
+        f"#   embeddings {_mib(m.first_stage_bytes)}, head {_mib(m.last_stage_bytes)}.",
+    ]
+    body = [f"name: {json.dumps(m.name)}", _line("layers", m.layers)]
+    experts = _compact(m.experts)
+    dense_layers = sum(1 for e in m.experts if e == 0)
+    body.append(
+        _line("experts", experts, f"{dense_layers} dense layer(s)" if dense_layers else "routed, per layer")
+    )
+    body.append(_line("active_experts", m.active_experts, "top-k routing"))
+    expert_bytes = _moe_values(m, m.expert_bytes)
+    body.append(
+        _line("expert_bytes", expert_bytes, _mib(expert_bytes) if isinstance(expert_bytes, int) else "")
+    )
+    dense = _compact(m.dense_bytes)
+    body.append(_line("dense_bytes", dense, _mib(dense) if isinstance(dense, int) else ""))
+    kinds = sorted(set(m.kinds))
+    if len(kinds) > 1:
+        body.append(_line("kinds", _period(m.kinds)))
+        for key, table in (("state_bytes", m.state_bytes), ("kv_bytes_per_token", m.kv_bytes_per_token)):
+            if any(table.get(k, 0) for k in kinds):
+                body.append(_line(key, "{" + ", ".join(f"{k}: {table.get(k, 0)}" for k in kinds) + "}"))
+    else:
+        for key, table in (("state_bytes", m.state_bytes), ("kv_bytes_per_token", m.kv_bytes_per_token)):
+            if table.get(kinds[0], 0):
+                body.append(_line(key, table[kinds[0]], f"every layer ({kinds[0]})"))
+    if m.first_stage_bytes:
+        body.append(_line("first_stage_bytes", m.first_stage_bytes, _mib(m.first_stage_bytes)))
+    if m.last_stage_bytes:
+        body.append(_line("last_stage_bytes", m.last_stage_bytes, _mib(m.last_stage_bytes)))
+    if m.max_context:
+        body.append(_line("max_context", m.max_context))
+    if m.expert_tensors:
+        body.append(
+            "expert_tensors:                   # routed expert tensors of each layer, all experts, bytes"
+        )
+        for name, sizes in m.expert_tensors.items():
+            value = _compact(sizes)
+            text = f"  {name}: {_flow(value, 4) if isinstance(value, list) else value}"
+            body.append(text)
+    if profile is not None:
+        body.append(f"profile: {json.dumps(profile)}")
+    return "\n".join(head + body) + "\n"

@@ -1,0 +1,185 @@
+"""``solve model from-gguf|from-hf`` and ``solve rig new``: model and rig files from what people have.
+
+The importers are imported inside the commands, so ``solve RIG`` never loads them.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from pathlib import Path
+
+import click
+
+from solver.atomicfile import refuse_inputs, write_atomic
+from solver.config import load_model, shown_path
+from solver.errors import InputError
+
+EXIT_INPUT = 2
+KV_TYPES = ("f16", "q8_0", "q4_0")
+DEFAULT_CONTEXT, DEFAULT_RESERVE = 32768, "700 MiB"
+
+
+def _relative(target: Path, output: Path | None) -> str:
+    """``target`` as a file written to ``output`` names it: relative to the output's folder."""
+    base = (output.parent if output is not None else Path.cwd()).resolve()
+    try:
+        return os.path.relpath(target.resolve(), base)
+    except ValueError:  # another drive on Windows
+        return str(target.resolve())
+
+
+def _emit(text: str, output: Path | None, inputs: list[Path]) -> None:
+    """Write ``text`` to ``output`` (atomically, never over an input), or print it."""
+    if output is None:
+        click.echo(text, nl=False)
+        return
+    refuse_inputs(output, shown_path(output), inputs)
+    write_atomic(output, shown_path(output), text)
+    click.echo(f"wrote {shown_path(output)}", err=True)
+
+
+def _command(words: list[object], options: dict[str, object]) -> str:
+    """The command line as a user would type it again; options whose value is None are left out."""
+    flags = [str(part) for flag, value in options.items() if value is not None for part in (flag, value)]
+    return shlex.join(["solve", *(str(w) for w in words), *flags])
+
+
+def _fail(message: str) -> None:
+    click.echo(message, err=True)
+    sys.exit(EXIT_INPUT)
+
+
+_OUTPUT = click.option(
+    "-o",
+    "--output",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Write the file here, not to stdout.",
+)
+_PROFILE = click.option(
+    "--profile",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Routing profile the model file names (written relative to the output).",
+)
+
+
+@click.group("model")
+def model_group() -> None:
+    """Write a model file from a GGUF header or a Hugging Face config.json."""
+
+
+@model_group.command("from-gguf")
+@click.argument("gguf_file", type=click.Path(path_type=Path))
+@_OUTPUT
+@click.option(
+    "--kv-type", type=click.Choice(KV_TYPES), default="f16", show_default=True, help="KV cache element type."
+)
+@_PROFILE
+def from_gguf_cmd(gguf_file: Path, output: Path | None, kv_type: str, profile: Path | None) -> None:
+    """Exact bytes from a GGUF file's header (the tensor data is never read)."""
+    from solver.importers.gguf import read_gguf
+    from solver.importers.modelfile import model_yaml
+
+    try:
+        m = read_gguf(gguf_file, kv_type)
+        kv = kv_type if kv_type != "f16" else None
+        m.command = _command(
+            ["model", "from-gguf", gguf_file], {"--kv-type": kv, "--profile": profile, "-o": output}
+        )
+        text = model_yaml(m, _relative(profile, output) if profile else None)
+        _emit(text, output, [gguf_file, *([profile] if profile else [])])
+    except InputError as exc:
+        _fail(str(exc))
+
+
+@model_group.command("from-hf")
+@click.argument("config_file", type=click.Path(path_type=Path))
+@click.option(
+    "--weights",
+    required=True,
+    help="Weight scheme the bytes are estimated for: BF16, FP8, Q8_0, Q4_K, Q4_K_M or MXFP4.",
+)
+@click.option("--name", help="Model name (default: the config's folder or file name).")
+@_OUTPUT
+@_PROFILE
+def from_hf_cmd(
+    config_file: Path, weights: str, name: str | None, output: Path | None, profile: Path | None
+) -> None:
+    """Estimated bytes from a Hugging Face config.json and a weight scheme."""
+    from solver.importers.hf import read_hf
+    from solver.importers.modelfile import model_yaml
+
+    try:
+        m = read_hf(config_file, weights, name)
+        options = {"--weights": weights.upper(), "--name": name, "--profile": profile, "-o": output}
+        m.command = _command(["model", "from-hf", config_file], options)
+        text = model_yaml(m, _relative(profile, output) if profile else None)
+        _emit(text, output, [config_file, *([profile] if profile else [])])
+    except InputError as exc:
+        _fail(str(exc))
+
+
+@click.group("rig")
+def rig_group() -> None:
+    """Write a rig file from card names."""
+
+
+@rig_group.command("new")
+@click.argument("cards", nargs=-1)
+@click.option("--model", type=click.Path(path_type=Path, dir_okay=False), help="Model file the rig names.")
+@click.option("--name", help="Rig name (default: the output file's stem).")
+@click.option(
+    "--context", type=click.IntRange(min=0), default=DEFAULT_CONTEXT, show_default=True, help="KV tokens."
+)
+@click.option("--reserve", default=DEFAULT_RESERVE, show_default=True, help="VRAM kept free on every card.")
+@click.option("--list", "show", is_flag=True, help="List the cards the table knows.")
+@_OUTPUT
+def rig_new_cmd(
+    cards: tuple[str, ...],
+    model: Path | None,
+    name: str | None,
+    context: int,
+    reserve: str,
+    show: bool,
+    output: Path | None,
+) -> None:
+    """A rig of CARDS in pipeline order ("RTX 4090" "RTX 3090" ...), from the card table (no NVML)."""
+    from solver.importers.cards import CARDS, UnknownCard
+    from solver.importers.rigfile import rig_yaml
+    from solver.units import parse_size
+
+    if show:
+        for card in CARDS.values():
+            click.echo(f"{card.name:<30} {card.vram_mib:>7} MiB  {card.sms:>3} SMs  {card.boost_ghz:.3f} GHz")
+        return
+    if not cards:
+        _fail('solve rig new: name at least one card, e.g. solve rig new "RTX 4090" "RTX 3090"')
+    try:
+        reserve_bytes = parse_size(reserve)
+    except ValueError as exc:
+        _fail(f"--reserve: {exc}")
+    try:
+        if model is not None:
+            load_model(model)
+        options = {
+            "--model": model,
+            "--name": name,
+            "--context": context if context != DEFAULT_CONTEXT else None,
+            "--reserve": reserve if reserve != DEFAULT_RESERVE else None,
+            "-o": output,
+        }
+        command = _command(["rig", "new", *cards], options)
+        text = rig_yaml(
+            list(cards),
+            name=name or (output.stem if output else None),
+            model_ref=_relative(model, output) if model else None,
+            context=context,
+            reserve=reserve_bytes,
+            command=command,
+        )
+        _emit(text, output, [model] if model else [])
+    except UnknownCard as exc:
+        _fail(str(exc))
+    except InputError as exc:
+        _fail(str(exc))
