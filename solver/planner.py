@@ -9,10 +9,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from solver.arcs import Arcs, build_arcs
+from solver.engines import build_table
 from solver.infeasible import explain
 from solver.plan import Placement, bounds_ok, evaluate, feasible
 from solver.problem import Problem
-from solver.rangewalk import walk_table
 from solver.solvers import Limits, Solution, TooLarge
 from solver.solvers.cpsat import solve_cpsat
 from solver.solvers.dp import MAX_GPUS_FREE_ORDER, solve_dp
@@ -107,9 +107,9 @@ def plan_rig(p: Problem, limits: Limits | None = None, check: bool = False) -> R
     """Plan one problem end to end."""
     limits = limits or Limits()
     t0 = time.perf_counter()
-    walk = walk_table(p)
+    table = build_table(p)
     table_ms = (time.perf_counter() - t0) * 1e3
-    arcs = build_arcs(p, walk)
+    arcs = build_arcs(p, table)
     solution = solve_cpsat(arcs, limits, hint=dp_hint(arcs) if len(arcs) else None)
     plan = evaluate(p, solution.gpus, solution.cuts) if solution.found else None
     if plan is not None and not feasible(p, plan):
@@ -121,7 +121,7 @@ def plan_rig(p: Problem, limits: Limits | None = None, check: bool = False) -> R
     status = solution.status if solution.found or solution.status == "infeasible" else "unknown"
     result = Result(p, status, plan, baseline, solution, arcs, table_ms, wall_ms)
     if status == "infeasible":
-        result.reason = explain(p, walk)
+        result.reason = explain(p, table)
     elif status == "unknown":
         result.reason = "the time limit ran out before any placement was found; allow more time"
     if check:
