@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import pairwise
 
 import numpy as np
 
-from solver.engines import stage_fill
+from solver.engines import StageFill, stage_fill
 from solver.problem import Problem
 
 
@@ -29,15 +30,12 @@ class Stage:
     host_bytes: int = 0
     spare_tokens: int | None = None
     offload: list[tuple[int, tuple[str, ...]]] = field(default_factory=list)
+    fits: bool = True
 
     @property
     def stage_ms(self) -> float:
         """SPEC 7: the stage's compute plus the misses of its own layers (what batched serving waits on)."""
         return self.compute_ms + self.miss_ms
-
-    @property
-    def fits(self) -> bool:
-        return self.room_bytes >= 0
 
 
 @dataclass(frozen=True)
@@ -83,13 +81,19 @@ def bounds_ok(p: Problem, cuts: list[int] | tuple[int, ...]) -> bool:
     return len(b) == p.n_gpus + 1 and all(x < y for x, y in pairwise(b))
 
 
-def evaluate(p: Problem, gpus: list[int] | tuple[int, ...], cuts: list[int] | tuple[int, ...]) -> Placement:
-    """Walk each stage and add up ``window_ms`` and ``held_mass`` in floating point."""
+def evaluate(
+    p: Problem,
+    gpus: list[int] | tuple[int, ...],
+    cuts: list[int] | tuple[int, ...],
+    fill: Callable[[Problem, int, int, int], StageFill] = stage_fill,
+) -> Placement:
+    """Fill each stage (by the engine's rule unless ``fill`` says otherwise) and add up ``window_ms``
+    and ``held_mass`` in floating point."""
     bounds = [0, *cuts, p.n_layers]
     stages = []
     for s, g in enumerate(gpus):
         a, b = bounds[s], bounds[s + 1]
-        f = stage_fill(p, int(g), a, b)
+        f = fill(p, int(g), a, b)
         stages.append(
             Stage(
                 gpu=int(g),
@@ -106,6 +110,7 @@ def evaluate(p: Problem, gpus: list[int] | tuple[int, ...], cuts: list[int] | tu
                 host_bytes=f.host_bytes,
                 spare_tokens=f.spare_tokens,
                 offload=f.offload,
+                fits=f.fits,
             )
         )
     held = float(np.sum([s.held_mass for s in stages])) if p.engine in ("strata", "llama.cpp") else 1.0

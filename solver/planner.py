@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from solver.arcs import Arcs, build_arcs
+from solver.baselines import Baseline, engine_baseline
 from solver.engines import build_table
 from solver.infeasible import explain
 from solver.plan import Placement, bounds_ok, evaluate, feasible
@@ -20,15 +21,6 @@ from solver.solvers.exhaustive import count_placements, solve_exhaustive
 from solver.solvers.proportional import solve_proportional
 
 EXHAUSTIVE_CHECK_LIMIT = 200_000
-
-
-@dataclass
-class Baseline:
-    """The proportional split, evaluated; ``plan`` is None when its cuts are not even a split."""
-
-    cuts: list[int]
-    feasible: bool
-    plan: Placement | None
 
 
 @dataclass
@@ -114,9 +106,12 @@ def plan_rig(p: Problem, limits: Limits | None = None, check: bool = False) -> R
     plan = evaluate(p, solution.gpus, solution.cuts) if solution.found else None
     if plan is not None and not feasible(p, plan):
         raise AssertionError(f"the solver returned an infeasible plan: {plan.gpus} {plan.cuts}")
-    base = solve_proportional(arcs)
-    base_plan = evaluate(p, base.gpus, base.cuts) if bounds_ok(p, base.cuts) else None
-    baseline = Baseline(list(base.cuts), bool(base_plan and feasible(p, base_plan)), base_plan)
+    if p.engine == "strata":
+        base = solve_proportional(arcs)
+        base_plan = evaluate(p, base.gpus, base.cuts) if bounds_ok(p, base.cuts) else None
+        baseline = Baseline(list(base.cuts), bool(base_plan and feasible(p, base_plan)), base_plan)
+    else:
+        baseline = engine_baseline(p)
     wall_ms = (time.perf_counter() - t0) * 1e3
     status = solution.status if solution.found or solution.status == "infeasible" else "unknown"
     result = Result(p, status, plan, baseline, solution, arcs, table_ms, wall_ms)

@@ -221,7 +221,7 @@ def resolve(
 ) -> Problem:
     """Combine validated configs and a profile into a Problem, checking what spans the files."""
     n, k = model.layers, len(rig.gpus)
-    by_gpu, by_pair = k * (n + 1) ** 2, (n + 1) * (len(profile) + 1)
+    by_gpu, by_pair = k * (n + 1) ** 2, (n + 1) * (len(profile) + 1 if profile is not None else 1)
     if max(by_gpu, by_pair) > TABLE_CELLS:
         what = f"{k:,} GPUs" if by_gpu >= by_pair else f"{len(profile):,} ranked pairs"
         raise InputError(

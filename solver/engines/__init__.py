@@ -51,6 +51,8 @@ class StageFill:
 
     held/visible count the cached items (strata: profile pairs; llama.cpp: expert tensors;
     resident: experts). ``offload`` lists the (layer, tensor names) llama.cpp leaves on the CPU.
+    ``fits``: the stage's range and what it must hold fit the GPU (room >= 0, and for the resident
+    engines every expert too).
     """
 
     room: int
@@ -62,6 +64,7 @@ class StageFill:
     host_bytes: int
     spare_tokens: int | None = None
     offload: list[tuple[int, tuple[str, ...]]] = field(default_factory=list)
+    fits: bool = True
 
 
 class Table(Protocol):

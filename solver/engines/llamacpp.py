@@ -112,4 +112,48 @@ def stage_fill(p: Problem, g: int, a: int, b: int) -> StageFill:
         miss_ms=float(p.unit_ms[left].sum()),
         host_bytes=int(p.unit_bytes[left].sum()),
         offload=[(int(p.unit_layer[u]), p.unit_names[u]) for u in left],
+        fits=room >= 0,
     )
+
+
+def cpu_moe_fill(p: Problem, g: int, a: int, b: int, n_cpu_moe: int) -> StageFill:
+    """``--n-cpu-moe N``: the experts of layers < N on the CPU, every other expert tensor on the GPU.
+
+    ``fits`` says whether the kept tensors fit the room (the engine would run out of memory if not).
+    """
+    room = p.room(g, a, b)
+    units = np.flatnonzero((p.unit_layer >= a) & (p.unit_layer < b))
+    on_cpu = units[p.unit_layer[units] < n_cpu_moe]
+    kept = units[p.unit_layer[units] >= n_cpu_moe]
+    total = float(p.unit_ms.sum())
+    cache = int(p.unit_bytes[kept].sum())
+    return StageFill(
+        room=room,
+        cache_bytes=cache,
+        held=len(kept),
+        visible=len(units),
+        held_mass=float(p.unit_ms[kept].sum()) / total if total else 0.0,
+        miss_ms=float(p.unit_ms[on_cpu].sum()),
+        host_bytes=int(p.unit_bytes[on_cpu].sum()),
+        offload=[
+            (int(p.unit_layer[u]), p.unit_names[u])
+            for u in sorted(on_cpu, key=lambda u: (p.unit_layer[u], u))
+        ],
+        fits=room >= cache,
+    )
+
+
+def free_memory_split(free: np.ndarray, n_layers: int) -> list[int]:
+    """Layers per device when ``--tensor-split`` is not given: llama.cpp splits by free memory.
+
+    ``load_tensors`` puts layer il on the first device whose cumulative float32 share exceeds
+    il / (L + 1) (the output layer is slot L, on the last device); the counts exclude that slot.
+    """
+    splits = np.cumsum(free.astype(np.float32), dtype=np.float32) / np.float32(free.astype(np.float32).sum())
+    where = np.array(
+        [
+            np.searchsorted(splits, np.float32(il) / np.float32(n_layers + 1), side="right")
+            for il in range(n_layers)
+        ]
+    )
+    return np.bincount(np.minimum(where, len(free) - 1), minlength=len(free)).tolist()

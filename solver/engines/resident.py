@@ -67,4 +67,19 @@ def stage_fill(p: Problem, g: int, a: int, b: int) -> StageFill:
         miss_ms=0.0,
         host_bytes=0,
         spare_tokens=(left // kv if kv else None) if left >= 0 else None,
+        fits=left >= 0,
     )
+
+
+def default_partition(engine: str, n_layers: int, k: int) -> list[int]:
+    """Layers per stage when no partition is given: even, the remainder on the stages before the last
+    (vLLM's ``get_pp_indices``) or on the last stages (SGLang)."""
+    counts = [n_layers // k] * k
+    extra = n_layers % k
+    if engine == "vllm":
+        for i in range(2, extra + 2):
+            counts[-i] += 1
+    else:
+        for i in range(1, extra + 1):
+            counts[-i] += 1
+    return counts

@@ -63,4 +63,5 @@ def stage_fill(p: Problem, g: int, a: int, b: int) -> StageFill:
         held_mass=held_mass,
         miss_ms=p.miss_ms * (float(p.mass[w.visible].sum()) - held_mass),
         host_bytes=int(experts[b] - experts[a]) - cache,
+        fits=w.room >= 0,
     )
