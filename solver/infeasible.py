@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from solver.arcs import Arcs, best_through
 from solver.engines import Table
 from solver.problem import Problem
 from solver.units import format_size
@@ -36,8 +37,12 @@ def allowed(p: Problem) -> np.ndarray:
     return ok
 
 
-def explain(p: Problem, table: Table) -> str:
-    """The first rule that makes every placement infeasible, checked from simplest to subtlest."""
+def explain(p: Problem, table: Table, arcs: Arcs | None = None) -> str:
+    """The first rule that makes every placement infeasible, checked from simplest to subtlest.
+
+    With ``arcs``, a host_memory limit no placement can meet is named too (the least any placement
+    leaves in host memory is a DP bound over the arcs, exact for the order as given).
+    """
     n, k = p.n_layers, p.n_gpus
     if k > n:
         return f"the rig has {k} GPUs but the model only {_layers(n)}; every GPU must run at least one layer"
@@ -88,6 +93,13 @@ def explain(p: Problem, table: Table) -> str:
             f"the GPUs can hold at most {int(longest.sum())} of the {n} layers between them "
             f"(the longest range each fits: {each})"
         )
+    if arcs is not None and arcs.host_limit is not None and len(arcs):
+        least = int(best_through(arcs, arcs.host, "min").min())
+        if least > arcs.host_limit:
+            return (
+                f"every placement leaves at least {format_size(least)} of experts in host memory, more "
+                f"than host_memory ({format_size(arcs.host_limit)})"
+            )
     return _core_reason(p, table)
 
 

@@ -116,7 +116,7 @@ def plan_rig(p: Problem, limits: Limits | None = None, check: bool = False) -> R
     status = solution.status if solution.found or solution.status == "infeasible" else "unknown"
     result = Result(p, status, plan, baseline, solution, arcs, table_ms, wall_ms)
     if status == "infeasible":
-        result.reason = explain(p, table)
+        result.reason = explain(p, table, arcs)
     elif status == "unknown":
         result.reason = "the time limit ran out before any placement was found; allow more time"
     if check:
