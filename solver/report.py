@@ -169,6 +169,7 @@ _SUMMARY: dict[str, list[tuple[str, PlanCell]]] = {
         ("held mass", lambda q: f"{q.held_mass:.2%}"),
         ("pairs held", lambda q: f"{q.held_pairs:,}"),
         ("cache", lambda q: format_size(sum(s.cache_bytes for s in q.stages))),
+        ("experts in host RAM", lambda q: format_size(q.host_bytes)),
     ],
     "llama.cpp": [
         *_WINDOW,
