@@ -10,6 +10,8 @@ equal integers:
 - ``miss_units[r]  = round(miss_ms * mass[r] * time_scale)``; an arc saves the sum over its held pairs
 - ``mass_units[r]  = round(mass[r] * 10^12)``; an arc's mass is the sum over its held pairs
 
+(strata's pairs; llama.cpp's expert tensors the same way with their CPU ms; see solver.engines).
+
 A plan's window is ``const_time + sum of arc time``. SPEC 3 compares windows in whole units of
 1e-6 ms, so the time objective's key is that total rounded (half up) to ``coarse`` = time_scale /
 10^6 units; all plans with the best key tie and go to the tie-breaks. Held mass compares exactly
@@ -21,11 +23,14 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from solver.problem import COARSE_TIME_SCALE, COEFF_BUDGET, FINE_TIME_SCALE, MASS_SCALE, Problem
-from solver.rangewalk import RangeWalk
+from solver.problem import COARSE_TIME_SCALE, COEFF_BUDGET, FINE_TIME_SCALE, Problem
+
+if TYPE_CHECKING:
+    from solver.engines import Table
 
 #: A free order's arc bounds are exact when the count of GPUs used per class (identical GPUs form a
 #: class) takes at most this many values: 12 distinct GPUs, or sixteen.yaml's 1 + 1 + 6 + 8 (252).
@@ -136,10 +141,10 @@ def _reachable(
     return keep & fwd[stage, start] & bwd[nxt, end]
 
 
-def build_arcs(p: Problem, walk: RangeWalk) -> Arcs:
-    """Prune the (GPU, range) table to the arcs a feasible plan can use and weigh them."""
+def build_arcs(p: Problem, table: Table) -> Arcs:
+    """Prune the engine's (GPU, range) table to the arcs a feasible plan can use and weigh them."""
     n, k = p.n_layers, p.n_gpus
-    g, a, b = np.nonzero(walk.room >= 0)
+    g, a, b = np.nonzero(table.room >= 0)
     length = b - a
     minlen = np.where(a == 0, np.maximum(p.min_layers[g], p.first_stage_min_layers), p.min_layers[g])
     keep = (length >= minlen) & (length <= p.max_layers[g])
@@ -162,17 +167,9 @@ def build_arcs(p: Problem, walk: RangeWalk) -> Arcs:
     g, a, b = g[keep], a[keep], b[keep]
     scale = _time_scale(p, len(g))
     layer_units = np.rint(p.layer_ms * scale).astype(np.int64)
-    miss_units = np.rint(p.miss_ms * p.mass * scale).astype(np.int64)
-    mass_units = np.rint(p.mass * MASS_SCALE).astype(np.int64)
     compute = (b - a) * layer_units[g]
-    saved = walk.held_sum(miss_units)[g, a, b]
-    mass = walk.held_sum(mass_units)[g, a, b] if p.objective == "mass" else np.zeros_like(g)
-    const = round(p.miss_ms * scale) + round(p.handoff_ms * scale) * (k - 1)
-    miss_by_layer = np.zeros(n, dtype=np.int64)
-    np.add.at(miss_by_layer, p.pair_layer, miss_units)
-    visible_miss = np.concatenate([[0], np.cumsum(miss_by_layer)])
-    expert_prefix = np.concatenate([[0], np.cumsum(p.experts_per_layer * p.expert_bytes)])
-    host = expert_prefix[b] - expert_prefix[a] - walk.held_bytes()[g, a, b]
+    w = table.weigh(g, a, b, scale, p.objective == "mass")
+    const = table.miss_units(scale) + round(p.handoff_ms * scale) * (k - 1)
     return Arcs(
         n_layers=n,
         n_gpus=k,
@@ -183,15 +180,15 @@ def build_arcs(p: Problem, walk: RangeWalk) -> Arcs:
         gpu=g,
         start=a,
         end=b,
-        time=compute - saved,
-        mass=mass,
+        time=compute - w.saved,
+        mass=w.mass,
         bottleneck=compute,
         const_time=const,
         time_scale=scale,
         twins=_twins(p),
-        stage=compute + visible_miss[b] - visible_miss[a] - saved,
-        spare=np.full(len(g), SPARE_UNLIMITED, dtype=np.int64),
-        host=host,
+        stage=compute + w.missed,
+        spare=w.spare,
+        host=w.host,
         host_limit=p.host_memory,
     )
 

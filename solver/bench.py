@@ -123,8 +123,8 @@ class RigBench:
 def measure(problem: Any, settings: Settings, reload: Callable[[], Any] | None = None) -> RigBench:
     """Time every piece on one problem; ``reload`` re-reads its files (``read``, part of end to end)."""
     from solver.arcs import build_arcs
+    from solver.engines import build_table
     from solver.planner import plan_rig
-    from solver.rangewalk import walk_table
     from solver.report import to_json as plan_json
     from solver.solvers import Limits, TooLarge
     from solver.solvers.dp import solve_dp
@@ -132,7 +132,7 @@ def measure(problem: Any, settings: Settings, reload: Callable[[], Any] | None =
 
     s = settings
     pieces: dict[str, Timing] = {}
-    pieces["table"], walk = repeat_timed(lambda: walk_table(problem), s.repeat, s.budget_s)
+    pieces["table"], walk = repeat_timed(lambda: build_table(problem), s.repeat, s.budget_s)
     pieces["arcs"], arcs = repeat_timed(lambda: build_arcs(problem, walk), s.repeat, s.budget_s)
     dp = None
     try:

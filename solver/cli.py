@@ -16,8 +16,9 @@ from rich.console import Console
 
 from solver.atomicfile import atomic_open, refuse_inputs
 from solver.config import shown_path
+from solver.engines import ENGINES
 from solver.errors import InputError
-from solver.export import ENGINES, engine_flags
+from solver.export import engine_flags
 from solver.model_cli import model_group, rig_group
 from solver.problem import Overrides, load_problem
 from solver.profile_cli import profile_group
@@ -100,7 +101,14 @@ def _progress(enabled: bool) -> tuple[Callable[[str, float, float], None] | None
 )
 @click.option("--check", is_flag=True, help="Also solve with an oracle (exhaustive or DP) and compare.")
 @click.option(
-    "--export", "engine", type=click.Choice(ENGINES), help="Print the engine's flags for the split."
+    "--engine",
+    type=click.Choice(ENGINES),
+    help="Plan for this engine's memory and time model (default: the rig's, else strata).",
+)
+@click.option(
+    "--export",
+    type=click.Choice(ENGINES),
+    help="Print the flags that make ENGINE (the plan's engine) run the plan.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
 @click.option(
@@ -130,6 +138,7 @@ def plan_cmd(
     time_limit: float | None,
     check: bool,
     engine: str | None,
+    export: str | None,
     as_json: bool,
     out: Path | None,
     plot: Path | None,
@@ -144,7 +153,13 @@ def plan_cmd(
             from solver.plotting import require_matplotlib
 
             require_matplotlib(str(plot))
-        problem = load_problem(rig, Overrides(model, profile, objective, order, context))
+        problem = load_problem(rig, Overrides(model, profile, objective, order, context, engine))
+        if export and export != problem.engine:
+            raise InputError(
+                shown_path(rig),
+                f"--export {export}: the plan is for engine {problem.engine}; plan with --engine {export} "
+                f"to get {export}'s flags",
+            )
         for path in (out, plot):
             if path:
                 refuse_inputs(path, shown_path(path), [Path(f) for f in problem.files.values()])
@@ -159,13 +174,13 @@ def plan_cmd(
             problem, Limits(time_limit=time_limit, workers=workers, progress=progress), check=check
         )
     flags = (
-        engine_flags(engine, result.plan.gpus, result.plan.cuts, problem.n_layers)
-        if engine and result.plan
+        engine_flags(export, result.plan.gpus, result.plan.cuts, problem.n_layers)
+        if export and result.plan
         else []
     )
     report = to_json(result)
-    if engine:
-        report["export"] = {"engine": engine, "lines": flags}
+    if export:
+        report["export"] = {"engine": export, "lines": flags}
     try:
         if out:
             with atomic_open(out, shown_path(out)) as f:
@@ -184,7 +199,7 @@ def plan_cmd(
         console = Console(highlight=False)
         print_report(result, console)
         if flags:
-            console.print(f"\n[bold]{engine}[/bold] flags:")
+            console.print(f"\n[bold]{export}[/bold] flags:")
             for line in flags:
                 click.echo(line)
     if result.plan is None:

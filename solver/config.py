@@ -233,6 +233,16 @@ def load_model(path: Path) -> tuple[ModelConfig, YamlDoc]:
         value = getattr(model, key)
         if isinstance(value, list) and len(value) != model.layers:
             raise doc.error((key,), f"has {len(value)} entries; expected one per layer ({model.layers})")
+    experts = model.experts if isinstance(model.experts, list) else [model.experts] * model.layers
+    for name, value in (model.expert_tensors or {}).items():
+        if isinstance(value, list) and len(value) != model.layers:
+            raise doc.error(
+                ("expert_tensors", name), f"has {len(value)} entries; expected one per layer ({model.layers})"
+            )
+        sizes = value if isinstance(value, list) else [value] * model.layers
+        dense = [i for i, (e, b) in enumerate(zip(experts, sizes)) if b and not e]
+        if dense:
+            raise doc.error(("expert_tensors", name), f"has bytes in layer {dense[0]}, which has 0 experts")
     if isinstance(model.kinds, list) and len(model.kinds) > model.layers:
         raise doc.error(("kinds",), f"has {len(model.kinds)} entries, more than the {model.layers} layers")
     kinds = set(model.kinds) if model.kinds else {"default"}

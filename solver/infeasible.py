@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from solver.arcs import Arcs, best_through
+from solver.engines import Table
 from solver.problem import Problem
-from solver.rangewalk import RangeWalk, need_table
 from solver.units import format_size
 
 
@@ -36,8 +37,12 @@ def allowed(p: Problem) -> np.ndarray:
     return ok
 
 
-def explain(p: Problem, walk: RangeWalk) -> str:
-    """The first rule that makes every placement infeasible, checked from simplest to subtlest."""
+def explain(p: Problem, table: Table, arcs: Arcs | None = None) -> str:
+    """The first rule that makes every placement infeasible, checked from simplest to subtlest.
+
+    With ``arcs``, a host_memory limit no placement can meet is named too (the least any placement
+    leaves in host memory is a DP bound over the arcs, exact for the order as given).
+    """
     n, k = p.n_layers, p.n_gpus
     if k > n:
         return f"the rig has {k} GPUs but the model only {_layers(n)}; every GPU must run at least one layer"
@@ -63,7 +68,7 @@ def explain(p: Problem, walk: RangeWalk) -> str:
             f"the first stage needs at least {_layers(p.first_stage_min_layers)} (first_stage_min_layers) "
             f"but {first} {most}"
         )
-    need = need_table(p)
+    need = table.need
     avail = [int(p.free[g]) - int(p.reserve[g]) for g in range(k)]  # Python ints: frees near 2^63 add up
     for g in range(k):
         cheapest = np.where(ok[g], need, np.iinfo(np.int64).max)
@@ -81,17 +86,24 @@ def explain(p: Problem, walk: RangeWalk) -> str:
             f"the {k} GPUs have {format_size(total)} free after reserves"
         )
     length = np.arange(n + 1)[None, :] - np.arange(n + 1)[:, None]
-    longest = np.where(ok & (walk.room >= 0), length[None], 0).max(axis=(1, 2))
+    longest = np.where(ok & (table.room >= 0), length[None], 0).max(axis=(1, 2))
     if longest.sum() < n:
         each = ", ".join(f"{int(v)} on {_gpu(p, g)}" for g, v in enumerate(longest))
         return (
             f"the GPUs can hold at most {int(longest.sum())} of the {n} layers between them "
             f"(the longest range each fits: {each})"
         )
-    return _core_reason(p, walk)
+    if arcs is not None and arcs.host_limit is not None and len(arcs):
+        least = int(best_through(arcs, arcs.host, "min").min())
+        if least > arcs.host_limit:
+            return (
+                f"every placement leaves at least {format_size(least)} of experts in host memory, more "
+                f"than host_memory ({format_size(arcs.host_limit)})"
+            )
+    return _core_reason(p, table)
 
 
-def _core_reason(p: Problem, walk: RangeWalk, time_limit: float = 10.0) -> str:
+def _core_reason(p: Problem, table: Table, time_limit: float = 10.0) -> str:
     """Name the rules that conflict, from CP-SAT's sufficient assumptions for infeasibility.
 
     One assumption per GPU says "its memory limit holds", one per GPU "its layer limits hold",
@@ -108,7 +120,7 @@ def _core_reason(p: Problem, walk: RangeWalk, time_limit: float = 10.0) -> str:
     lits = [model.new_bool_var(f"{kind}{i}") for kind, i in rules]
     x = [model.new_bool_var("") for _ in range(len(g))]
     broken = {
-        "memory": walk.room[g, a, b] < 0,
+        "memory": table.room[g, a, b] < 0,
         "layers": (length < p.min_layers[g]) | (length > p.max_layers[g]),
         "first": (a == 0) & (length < p.first_stage_min_layers),
     }

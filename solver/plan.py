@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from itertools import pairwise
 
 import numpy as np
 
+from solver.engines import StageFill, stage_fill
 from solver.problem import Problem
-from solver.rangewalk import walk_range
 
 
 @dataclass(frozen=True)
@@ -25,10 +26,16 @@ class Stage:
     visible_pairs: int
     held_mass: float
     compute_ms: float
+    miss_ms: float = 0.0
+    host_bytes: int = 0
+    spare_tokens: int | None = None
+    offload: list[tuple[int, tuple[str, ...]]] = field(default_factory=list)
+    fits: bool = True
 
     @property
-    def fits(self) -> bool:
-        return self.room_bytes >= 0
+    def stage_ms(self) -> float:
+        """SPEC 7: the stage's compute plus the misses of its own layers (what batched serving waits on)."""
+        return self.compute_ms + self.miss_ms
 
 
 @dataclass(frozen=True)
@@ -51,6 +58,22 @@ class Placement:
     def held_pairs(self) -> int:
         return sum(s.held_pairs for s in self.stages)
 
+    @property
+    def bottleneck_ms(self) -> float:
+        """SPEC 7: the slowest stage, which sets a batched pipeline's pace."""
+        return max(s.stage_ms for s in self.stages)
+
+    @property
+    def host_bytes(self) -> int:
+        """Bytes of experts the plan leaves in host memory (the engine reads misses from there)."""
+        return sum(s.host_bytes for s in self.stages)
+
+    @property
+    def spare_tokens(self) -> int | None:
+        """SPEC 6.3: the smallest stage's spare KV tokens (None: no stage keeps per-token KV)."""
+        spare = [s.spare_tokens for s in self.stages if s.spare_tokens is not None]
+        return min(spare) if spare else None
+
 
 def bounds_ok(p: Problem, cuts: list[int] | tuple[int, ...]) -> bool:
     """Cuts strictly increasing inside (0, L) with one per stage boundary."""
@@ -58,29 +81,44 @@ def bounds_ok(p: Problem, cuts: list[int] | tuple[int, ...]) -> bool:
     return len(b) == p.n_gpus + 1 and all(x < y for x, y in pairwise(b))
 
 
-def evaluate(p: Problem, gpus: list[int] | tuple[int, ...], cuts: list[int] | tuple[int, ...]) -> Placement:
-    """Walk each stage and add up ``window_ms`` and ``held_mass`` in floating point."""
+def evaluate(
+    p: Problem,
+    gpus: list[int] | tuple[int, ...],
+    cuts: list[int] | tuple[int, ...],
+    fill: Callable[[Problem, int, int, int], StageFill] = stage_fill,
+) -> Placement:
+    """Fill each stage (by the engine's rule unless ``fill`` says otherwise) and add up ``window_ms``
+    and ``held_mass`` in floating point."""
     bounds = [0, *cuts, p.n_layers]
     stages = []
     for s, g in enumerate(gpus):
         a, b = bounds[s], bounds[s + 1]
-        w = walk_range(p, g, a, b)
+        f = fill(p, int(g), a, b)
         stages.append(
             Stage(
                 gpu=int(g),
                 name=p.gpu_names[g],
                 start=a,
                 end=b,
-                room_bytes=w.room,
-                cache_bytes=int(p.pair_bytes[w.held].sum()),
-                held_pairs=w.n_held,
-                visible_pairs=len(w.visible),
-                held_mass=float(p.mass[w.held].sum()),
+                room_bytes=f.room,
+                cache_bytes=f.cache_bytes,
+                held_pairs=f.held,
+                visible_pairs=f.visible,
+                held_mass=f.held_mass,
                 compute_ms=(b - a) * float(p.layer_ms[g]),
+                miss_ms=f.miss_ms,
+                host_bytes=f.host_bytes,
+                spare_tokens=f.spare_tokens,
+                offload=f.offload,
+                fits=f.fits,
             )
         )
-    held = float(np.sum([s.held_mass for s in stages]))
-    window = sum(s.compute_ms for s in stages) + p.handoff_ms * (len(stages) - 1) + p.miss_ms * (1.0 - held)
+    held = float(np.sum([s.held_mass for s in stages])) if p.engine in ("strata", "llama.cpp") else 1.0
+    compute = sum(s.compute_ms for s in stages) + p.handoff_ms * (len(stages) - 1)
+    if p.engine == "strata":
+        window = compute + p.miss_ms * (1.0 - held)
+    else:
+        window = compute + sum(s.miss_ms for s in stages)
     return Placement(stages=stages, window_ms=window, held_mass=held)
 
 

@@ -9,10 +9,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from solver.arcs import Arcs, build_arcs
+from solver.baselines import Baseline, engine_baseline
+from solver.engines import build_table
 from solver.infeasible import explain
 from solver.plan import Placement, bounds_ok, evaluate, feasible
 from solver.problem import Problem
-from solver.rangewalk import walk_table
 from solver.solvers import Limits, Solution, TooLarge
 from solver.solvers.cpsat import solve_cpsat
 from solver.solvers.dp import MAX_GPUS_FREE_ORDER, solve_dp
@@ -20,15 +21,6 @@ from solver.solvers.exhaustive import count_placements, solve_exhaustive
 from solver.solvers.proportional import solve_proportional
 
 EXHAUSTIVE_CHECK_LIMIT = 200_000
-
-
-@dataclass
-class Baseline:
-    """The proportional split, evaluated; ``plan`` is None when its cuts are not even a split."""
-
-    cuts: list[int]
-    feasible: bool
-    plan: Placement | None
 
 
 @dataclass
@@ -107,21 +99,24 @@ def plan_rig(p: Problem, limits: Limits | None = None, check: bool = False) -> R
     """Plan one problem end to end."""
     limits = limits or Limits()
     t0 = time.perf_counter()
-    walk = walk_table(p)
+    table = build_table(p)
     table_ms = (time.perf_counter() - t0) * 1e3
-    arcs = build_arcs(p, walk)
+    arcs = build_arcs(p, table)
     solution = solve_cpsat(arcs, limits, hint=dp_hint(arcs) if len(arcs) else None)
     plan = evaluate(p, solution.gpus, solution.cuts) if solution.found else None
     if plan is not None and not feasible(p, plan):
         raise AssertionError(f"the solver returned an infeasible plan: {plan.gpus} {plan.cuts}")
-    base = solve_proportional(arcs)
-    base_plan = evaluate(p, base.gpus, base.cuts) if bounds_ok(p, base.cuts) else None
-    baseline = Baseline(list(base.cuts), bool(base_plan and feasible(p, base_plan)), base_plan)
+    if p.engine == "strata":
+        base = solve_proportional(arcs)
+        base_plan = evaluate(p, base.gpus, base.cuts) if bounds_ok(p, base.cuts) else None
+        baseline = Baseline(list(base.cuts), bool(base_plan and feasible(p, base_plan)), base_plan)
+    else:
+        baseline = engine_baseline(p)
     wall_ms = (time.perf_counter() - t0) * 1e3
     status = solution.status if solution.found or solution.status == "infeasible" else "unknown"
     result = Result(p, status, plan, baseline, solution, arcs, table_ms, wall_ms)
     if status == "infeasible":
-        result.reason = explain(p, walk)
+        result.reason = explain(p, table, arcs)
     elif status == "unknown":
         result.reason = "the time limit ran out before any placement was found; allow more time"
     if check:

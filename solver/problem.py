@@ -48,6 +48,10 @@ class Problem:
     expert_bytes (L,)  bytes of one cached expert of each layer
     experts (L,)       routed experts per layer (None: the profile's pairs per layer)
     host_memory        bytes of host RAM for the experts no GPU holds (None: no limit)
+    engine             strata | llama.cpp | vllm | sglang (solver.engines)
+    kv_per_layer (L,)  KV bytes one token costs each layer (resident engines' spare KV)
+    unit_* (U,)        llama.cpp's expert tensors in fill order (bytes descending, then layer, then
+                       the model's tensor order): layer, bytes, CPU ms per window, tensor names
     pair_layer (N,)    layer of rank r; pair_bytes (N,) its cached size; mass (N,) its routed mass
     free, reserve (k,) bytes; layer_ms (k,) ms per layer; min_layers, max_layers (k,)
     """
@@ -77,6 +81,12 @@ class Problem:
     files: dict[str, str] = field(default_factory=dict)
     experts: np.ndarray | None = None
     host_memory: int | None = None
+    engine: str = "strata"
+    kv_per_layer: np.ndarray | None = None
+    unit_layer: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    unit_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    unit_ms: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float64))
+    unit_names: list[tuple[str, ...]] = field(default_factory=list)
 
     @property
     def n_layers(self) -> int:
@@ -94,10 +104,17 @@ class Problem:
         return np.bincount(self.pair_layer, minlength=self.n_layers).astype(np.int64)
 
     @property
+    def miss_total_ms(self) -> float:
+        """The most a window can spend on misses: nothing held at all."""
+        if self.engine == "strata":
+            return self.miss_ms
+        return float(self.unit_ms.sum())
+
+    @property
     def worst_window_ms(self) -> float:
         """More than any arc's time weight or any window can be, in ms: what the integer scale must fit."""
         slowest = float(self.layer_ms.max(initial=0.0))
-        return slowest * self.n_layers + self.miss_ms + self.handoff_ms * self.n_gpus + 1.0
+        return slowest * self.n_layers + self.miss_total_ms + self.handoff_ms * self.n_gpus + 1.0
 
     @property
     def most_arcs(self) -> int:
@@ -120,14 +137,25 @@ def _per_layer(value: int | list[int], n: int) -> list[int]:
     return list(value) if isinstance(value, list) else [value] * n
 
 
+def _kinds(model: ModelConfig) -> list[str]:
+    n = model.layers
+    return [model.kinds[i % len(model.kinds)] for i in range(n)] if model.kinds else ["default"] * n
+
+
+def _by_kind(value: int | dict[str, int], kind: str) -> int:
+    return value.get(kind, 0) if isinstance(value, dict) else value
+
+
+def kv_per_layer_of(model: ModelConfig) -> list[int]:
+    """``kv_bytes_per_token[kind l]`` for every layer: what one more token of KV costs it."""
+    return [_by_kind(model.kv_bytes_per_token, kind) for kind in _kinds(model)]
+
+
 def layer_bytes_of(model: ModelConfig, context: int) -> list[int]:
     """``dense_bytes[l] + state_bytes[kind l] + kv_bytes_per_token[kind l] * context``, exact ints."""
     n = model.layers
-    kinds = [model.kinds[i % len(model.kinds)] for i in range(n)] if model.kinds else ["default"] * n
-
-    def by_kind(value: int | dict[str, int], kind: str) -> int:
-        return value.get(kind, 0) if isinstance(value, dict) else value
-
+    kinds = _kinds(model)
+    by_kind = _by_kind
     dense = _per_layer(model.dense_bytes, n)
     return [
         dense[i]
@@ -146,12 +174,44 @@ class Overrides:
     objective: str | None = None
     order: str | None = None
     context: int | None = None
+    engine: str | None = None
+
+
+#: The tensors one default llama.cpp unit stands for: a MoE layer's three routed expert tensors.
+DEFAULT_EXPERT_TENSORS = ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")
+
+
+def llama_units(
+    model: ModelConfig, host_bandwidth: int, experts: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[tuple[str, ...]]]:
+    """llama.cpp's units in fill order: (layer, bytes, CPU ms per window, tensor names), SPEC 6.2.
+
+    A unit is one expert tensor of one layer (``expert_tensors``), or, without that key, one per MoE
+    layer of ``experts[l] * expert_bytes[l]`` bytes standing for its three expert tensors.
+    """
+    n = model.layers
+    if model.expert_tensors is None:
+        sizes = experts * np.array(_per_layer(model.expert_bytes, n), dtype=object)
+        tensors = {DEFAULT_EXPERT_TENSORS: [int(x) for x in sizes]}
+    else:
+        tensors = {(name,): _per_layer(value, n) for name, value in model.expert_tensors.items()}
+    rows = [
+        (-size, layer, t, names)
+        for t, (names, per) in enumerate(tensors.items())
+        for layer, size in enumerate(per)
+        if size > 0 and experts[layer] > 0
+    ]
+    rows.sort(key=lambda r: r[:3])
+    layer = np.array([r[1] for r in rows], dtype=np.int64)
+    size = np.array([-r[0] for r in rows], dtype=np.int64)
+    ms = 1000.0 * model.active_experts * size.astype(np.float64) / (experts[layer] * float(host_bandwidth))
+    return layer, size, ms, [r[3] for r in rows]
 
 
 def resolve(
     rig: RigConfig,
     model: ModelConfig,
-    profile: Profile,
+    profile: Profile | None,
     *,
     context: int,
     rig_name: str,
@@ -161,7 +221,7 @@ def resolve(
 ) -> Problem:
     """Combine validated configs and a profile into a Problem, checking what spans the files."""
     n, k = model.layers, len(rig.gpus)
-    by_gpu, by_pair = k * (n + 1) ** 2, (n + 1) * (len(profile) + 1)
+    by_gpu, by_pair = k * (n + 1) ** 2, (n + 1) * (len(profile) + 1 if profile is not None else 1)
     if max(by_gpu, by_pair) > TABLE_CELLS:
         what = f"{k:,} GPUs" if by_gpu >= by_pair else f"{len(profile):,} ranked pairs"
         raise InputError(
@@ -172,22 +232,18 @@ def resolve(
         )
     experts = np.array(_per_layer(model.experts, n), dtype=np.int64)
     expert_bytes = np.array(_per_layer(model.expert_bytes, n), dtype=object)
-    check_against(profile, experts)
-    if not len(profile):
-        # a wrong or truncated file: nothing could be cached and the mass curves are undefined
-        raise InputError(profile.file, "ranks no pairs, so no expert could be cached")
-    if isinstance(model.curve, CountsCurve):
-        if profile.count is None:
-            raise InputError(
-                model_file,
-                f"the counts curve needs a profile with counts; {profile.file} has none",
-                key="curve.kind",
-            )
-        if not profile.count.any():
-            raise InputError(profile.file, "every count is 0, so the counts curve has no mass")
+    if profile is not None:
+        _check_profile(profile, model, experts, model_file)
     layer_bytes = layer_bytes_of(model, context)
-    pair_bytes = expert_bytes[profile.layer] if len(profile) else np.zeros(0, dtype=object)
-    total = sum(layer_bytes) + int(pair_bytes.sum()) + model.stage_bytes + model.first_stage_bytes
+    pair_layer = profile.layer.astype(np.int64) if profile is not None else np.zeros(0, dtype=np.int64)
+    pair_bytes = expert_bytes[pair_layer] if len(pair_layer) else np.zeros(0, dtype=object)
+    all_experts = int((experts * expert_bytes).sum())
+    total = (
+        sum(layer_bytes)
+        + max(int(pair_bytes.sum()), all_experts)
+        + model.stage_bytes
+        + model.first_stage_bytes
+    )
     total += model.last_stage_bytes
     if total >= BYTE_LIMIT:
         raise InputError(
@@ -195,6 +251,10 @@ def resolve(
             f"the model's sizes add up to {total} bytes at a context of {context}, "
             f"beyond the 2^62 bytes moesplit plans in",
         )
+    units = {}
+    if rig.engine == "llama.cpp":
+        layer, size, ms, names = llama_units(model, rig.host_bandwidth, experts)
+        units = {"unit_layer": layer, "unit_bytes": size, "unit_ms": ms, "unit_names": names}
     gpus = rig.gpus
     layer_ms = [g.layer_ms if g.layer_ms is not None else estimate_layer_ms(g.sms, g.clock_ghz) for g in gpus]
     p = Problem(
@@ -202,9 +262,9 @@ def resolve(
         model=model_name,
         layer_bytes=np.array(layer_bytes, dtype=np.int64),
         expert_bytes=expert_bytes.astype(np.int64),
-        pair_layer=profile.layer.astype(np.int64),
+        pair_layer=pair_layer,
         pair_bytes=pair_bytes.astype(np.int64),
-        mass=pair_mass(model.curve, len(profile), profile.count),
+        mass=pair_mass(model.curve, len(profile), profile.count) if profile is not None else np.zeros(0),
         free=np.array([g.free for g in gpus], dtype=np.int64),
         reserve=np.array([g.reserve for g in gpus], dtype=np.int64),
         layer_ms=np.array(layer_ms, dtype=np.float64),
@@ -222,9 +282,30 @@ def resolve(
         context=context,
         files=files,
         experts=experts,
+        host_memory=rig.host_memory,
+        engine=rig.engine,
+        kv_per_layer=np.array(kv_per_layer_of(model), dtype=np.int64),
+        **units,
     )
     _check_scales(p, files.get("rig", rig_name))
     return p
+
+
+def _check_profile(profile: Profile, model: ModelConfig, experts: np.ndarray, model_file: str) -> None:
+    """A profile the model's experts and curve can use (strata)."""
+    check_against(profile, experts)
+    if not len(profile):
+        # a wrong or truncated file: nothing could be cached and the mass curves are undefined
+        raise InputError(profile.file, "ranks no pairs, so no expert could be cached")
+    if isinstance(model.curve, CountsCurve):
+        if profile.count is None:
+            raise InputError(
+                model_file,
+                f"the counts curve needs a profile with counts; {profile.file} has none",
+                key="curve.kind",
+            )
+        if not profile.count.any():
+            raise InputError(profile.file, "every count is 0, so the counts curve has no mass")
 
 
 def _check_scales(p: Problem, rig_file: str) -> None:
@@ -261,13 +342,22 @@ def load_problem(rig_path: Path, overrides: Overrides | None = None) -> Problem:
     rig, rig_doc = load_rig(rig_path)
     model_path = _referenced(ov.model, rig.model, rig_path, rig_doc, "model")
     model, model_doc = load_model(model_path)
-    profile_path = _referenced(ov.profile, model.profile, model_path, model_doc, "profile")
-    profile = read_profile(profile_path, shown_path(profile_path))
-    if ov.objective or ov.order:
-        rig = rig.model_copy(
-            update={k: v for k, v in (("objective", ov.objective), ("order", ov.order)) if v}
-        )
-    files = {"rig": rig_doc.file, "model": model_doc.file, "profile": profile.file}
+    update = {k: v for k, v in (("objective", ov.objective), ("order", ov.order), ("engine", ov.engine)) if v}
+    if update:
+        rig = rig.model_copy(update=update)
+    files = {"rig": rig_doc.file, "model": model_doc.file}
+    if rig.engine == "llama.cpp":
+        for doc, holder, key, what in (
+            (model_doc, model, "active_experts", "the experts each token uses per MoE layer"),
+            (rig_doc, rig, "host_bandwidth", "how fast the CPU streams offloaded experts, e.g. '60 GB/s'"),
+        ):
+            if getattr(holder, key) is None:
+                raise doc.error((key,), f"missing (engine llama.cpp needs {what})")
+    profile = None
+    if rig.engine == "strata":  # the other engines hold whole tensors or everything: no profile
+        profile_path = _referenced(ov.profile, model.profile, model_path, model_doc, "profile")
+        profile = read_profile(profile_path, shown_path(profile_path))
+        files["profile"] = profile.file
     return resolve(
         rig,
         model,

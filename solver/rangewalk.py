@@ -40,16 +40,10 @@ def need_table(p: Problem) -> np.ndarray:
 
 
 def room_table(p: Problem) -> np.ndarray:
-    """Room of every (g, a, b), shape (k, L+1, L+1); -1 where b <= a or the range does not fit.
+    """Room of every (g, a, b), shape (k, L+1, L+1); -1 where b <= a or the range does not fit."""
+    from solver.engines import room_of
 
-    Values are exact where they are >= 0 (sizes stay below 2^62, see problem.BYTE_LIMIT).
-    """
-    n = p.n_layers
-    need = need_table(p)
-    avail = np.maximum(p.free - p.reserve, -1)
-    room = avail[:, None, None] - need[None, :, :]
-    room[:, ~np.triu(np.ones((n + 1, n + 1), dtype=bool), 1)] = -1
-    return np.maximum(room, -1)
+    return room_of(p, need_table(p))
 
 
 @dataclass(frozen=True)

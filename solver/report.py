@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from solver.plan import Placement
+from solver.plan import Placement, Stage
 from solver.planner import Result
 from solver.units import format_size
 
 
-def _stage_json(plan: Placement) -> list[dict]:
-    return [
-        {
+def _stage_json(plan: Placement, engine: str) -> list[dict]:
+    out = []
+    for s in plan.stages:
+        stage = {
             "gpu": s.gpu,
             "name": s.name,
             "start": s.start,
@@ -25,9 +28,20 @@ def _stage_json(plan: Placement) -> list[dict]:
             "visible_pairs": s.visible_pairs,
             "held_mass": s.held_mass,
             "compute_ms": s.compute_ms,
+            "stage_ms": s.stage_ms,
+            "host_bytes": s.host_bytes,
         }
-        for s in plan.stages
-    ]
+        if engine == "llama.cpp":
+            stage |= {
+                "held_tensors": s.held_pairs,
+                "tensors": s.visible_pairs,
+                "cpu_ms": s.miss_ms,
+                "offload": [{"layer": layer, "tensors": list(names)} for layer, names in s.offload],
+            }
+        elif engine in ("vllm", "sglang"):
+            stage["spare_kv_tokens"] = s.spare_tokens
+        out.append(stage)
+    return out
 
 
 def _gap(value: float | None, bound: float | None) -> float | None:
@@ -55,18 +69,25 @@ def to_json(r: Result) -> dict:
         "held_pairs": plan.held_pairs if plan else 0,
         "cuts": plan.cuts if plan else [],
         "gpus": plan.gpus if plan else [],
-        "stages": _stage_json(plan) if plan else [],
+        "stages": _stage_json(plan, p.engine) if plan else [],
+        "engine": p.engine,
+        "bottleneck_ms": plan.bottleneck_ms if plan else None,
+        "host_bytes": plan.host_bytes if plan else None,
     }
+    if p.engine in ("vllm", "sglang"):
+        out["spare_kv_tokens"] = plan.spare_tokens if plan else None
     if r.reason:
         out["reason"] = r.reason
     base = r.baseline.plan
     out["baseline"] = {
-        "name": "proportional",
+        "name": r.baseline.name,
+        "note": r.baseline.note,
         "cuts": r.baseline.cuts,
         "feasible": r.baseline.feasible,
         "window_ms": base.window_ms if base else None,
         "held_mass": base.held_mass if base else None,
         "held_pairs": base.held_pairs if base else None,
+        "bottleneck_ms": base.bottleneck_ms if base else None,
     }
     out["solver"] = {
         "name": sol.name,
@@ -97,6 +118,70 @@ def _layers(a: int, b: int) -> str:
     return f"{a}-{b - 1}"
 
 
+def _tokens(n: int | None) -> str:
+    return "no limit" if n is None else f"{n:,}"
+
+
+StageCell = Callable[[Stage], str]
+_FIRST: list[tuple[str, StageCell]] = [
+    ("GPU", lambda s: f"{s.gpu} {s.name}"),
+    ("layers", lambda s: _layers(s.start, s.end)),
+    ("room", lambda s: format_size(s.room_bytes)),
+]
+_LAST: list[tuple[str, StageCell]] = [("compute", lambda s: f"{s.compute_ms:.2f} ms")]
+#: Shown with the throughput objective: compute plus the misses of the stage's own layers.
+_STAGE: tuple[str, StageCell] = ("stage", lambda s: f"{s.stage_ms:.2f} ms")
+#: The stage table's columns per engine: what fills the room differs, the rest is shared.
+_COLUMNS: dict[str, list[tuple[str, StageCell]]] = {
+    "strata": [
+        *_FIRST,
+        ("cache", lambda s: format_size(s.cache_bytes)),
+        ("pairs held", lambda s: f"{s.held_pairs:,}/{s.visible_pairs:,}"),
+        ("mass", lambda s: f"{s.held_mass:.2%}"),
+        *_LAST,
+    ],
+    "llama.cpp": [
+        *_FIRST,
+        ("experts on GPU", lambda s: format_size(s.cache_bytes)),
+        ("tensors kept", lambda s: f"{s.held_pairs:,}/{s.visible_pairs:,}"),
+        ("on CPU", lambda s: format_size(s.host_bytes)),
+        ("CPU", lambda s: f"{s.miss_ms:.2f} ms"),
+        *_LAST,
+    ],
+    "vllm": [
+        *_FIRST,
+        ("experts", lambda s: format_size(s.cache_bytes)),
+        ("spare KV", lambda s: _tokens(s.spare_tokens)),
+        *_LAST,
+    ],
+}
+_COLUMNS["sglang"] = _COLUMNS["vllm"]
+
+PlanCell = Callable[[Placement], str]
+_WINDOW: list[tuple[str, PlanCell]] = [
+    ("window", lambda q: f"{q.window_ms:.3f} ms"),
+    ("slowest stage", lambda q: f"{q.bottleneck_ms:.3f} ms"),
+]
+#: The plan-vs-default rows per engine.
+_SUMMARY: dict[str, list[tuple[str, PlanCell]]] = {
+    "strata": [
+        *_WINDOW,
+        ("held mass", lambda q: f"{q.held_mass:.2%}"),
+        ("pairs held", lambda q: f"{q.held_pairs:,}"),
+        ("cache", lambda q: format_size(sum(s.cache_bytes for s in q.stages))),
+        ("experts in host RAM", lambda q: format_size(q.host_bytes)),
+    ],
+    "llama.cpp": [
+        *_WINDOW,
+        ("CPU time", lambda q: f"{sum(s.miss_ms for s in q.stages):.3f} ms"),
+        ("experts on GPU", lambda q: format_size(sum(s.cache_bytes for s in q.stages))),
+        ("experts on CPU", lambda q: format_size(q.host_bytes)),
+    ],
+    "vllm": [*_WINDOW, ("spare KV", lambda q: _tokens(q.spare_tokens))],
+}
+_SUMMARY["sglang"] = _SUMMARY["vllm"]
+
+
 def print_report(r: Result, console: Console) -> None:
     """Stages of the plan, the plan against the proportional baseline, and the solver's status."""
     p, plan = r.problem, r.plan
@@ -106,36 +191,23 @@ def print_report(r: Result, console: Console) -> None:
         console.print(f"[red]{r.status}[/red]: {r.reason}")
         return
     t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-    for col in ("GPU", "layers", "room", "cache", "pairs held", "mass", "compute"):
+    columns = _COLUMNS[p.engine] + ([_STAGE] if p.objective == "throughput" else [])
+    for col, _ in columns:
         t.add_column(col, justify="left" if col in ("GPU", "layers") else "right", no_wrap=True)
     for s in plan.stages:
-        t.add_row(
-            f"{s.gpu} {s.name}",
-            _layers(s.start, s.end),
-            format_size(s.room_bytes),
-            format_size(s.cache_bytes),
-            f"{s.held_pairs:,}/{s.visible_pairs:,}",
-            f"{s.held_mass:.2%}",
-            f"{s.compute_ms:.2f} ms",
-        )
+        t.add_row(*(cell(s) for _, cell in columns))
     console.print(t)
     base = r.baseline.plan
     c = Table(show_header=True, box=box.SIMPLE_HEAD, pad_edge=False)
     c.add_column("")
     c.add_column(f"plan ({r.solution.name})", justify="right")
-    c.add_column("proportional", justify="right")
-    rows = [
-        ("cuts", ",".join(map(str, plan.cuts)), ",".join(map(str, r.baseline.cuts))),
-        ("window", f"{plan.window_ms:.3f} ms", f"{base.window_ms:.3f} ms" if base else "-"),
-        ("held mass", f"{plan.held_mass:.2%}", f"{base.held_mass:.2%}" if base else "-"),
-        ("pairs held", f"{plan.held_pairs:,}", f"{base.held_pairs:,}" if base else "-"),
-        (
-            "cache",
-            format_size(sum(s.cache_bytes for s in plan.stages)),
-            format_size(sum(s.cache_bytes for s in base.stages)) if base else "-",
-        ),
-        ("fits memory", "yes", "yes" if r.baseline.feasible else "[red]no[/red]"),
-    ]
+    c.add_column(
+        r.baseline.name if not r.baseline.note else f"{r.baseline.name} ({r.baseline.note})", justify="right"
+    )
+    rows = [("cuts", ",".join(map(str, plan.cuts)), ",".join(map(str, r.baseline.cuts)))]
+    for label, cell in _SUMMARY[p.engine]:
+        rows.append((label, cell(plan), cell(base) if base else "-"))
+    rows.append(("fits memory", "yes", "yes" if r.baseline.feasible else "[red]no[/red]"))
     if plan.gpus != sorted(plan.gpus):
         rows.insert(1, ("GPU order", ",".join(map(str, plan.gpus)), ",".join(map(str, range(p.n_gpus)))))
     for row in rows:
@@ -147,8 +219,9 @@ def print_report(r: Result, console: Console) -> None:
         unit = "ms" if p.objective == "time" else ""
         proof += f"; bound {sol.bound:.6g}{unit}"
     console.print(
-        f"{sol.name}: {proof}, objective {p.objective}, order {p.order}; {r.wall_ms:.0f} ms "
-        f"(range walk {r.table_ms:.1f} ms, {len(r.arcs):,} arcs, {sol.info.get('solves', 0)} solves)"
+        f"{sol.name}: {proof}, engine {p.engine}, objective {p.objective}, order {p.order}; "
+        f"{r.wall_ms:.0f} ms "
+        f"(table {r.table_ms:.1f} ms, {len(r.arcs):,} arcs, {sol.info.get('solves', 0)} solves)"
     )
     if r.oracle is not None:
         o = r.oracle

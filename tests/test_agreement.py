@@ -10,9 +10,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from solver.arcs import build_arcs
+from solver.engines import build_table
 from solver.planner import dp_hint
 from solver.problem import load_problem
-from solver.rangewalk import walk_table
 from solver.solvers import Limits, plan_score
 from solver.solvers.cpsat import solve_cpsat
 from solver.solvers.dp import solve_dp
@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def answers(p, workers: int = 1):
-    arcs = build_arcs(p, walk_table(p))
+    arcs = build_arcs(p, build_table(p))
     return arcs, [
         solve_exhaustive(arcs),
         solve_dp(arcs),
@@ -72,7 +72,7 @@ def test_cpsat_matches_dp_on_larger_rigs(seed):
         order="auto" if seed % 2 else "as-given",
         objective="mass" if seed % 4 == 3 else "time",
     )
-    arcs = build_arcs(p, walk_table(p))
+    arcs = build_arcs(p, build_table(p))
     dp, cp = solve_dp(arcs), solve_cpsat(arcs, Limits(workers=2))
     assert (dp.status, dp.gpus, dp.cuts) == (cp.status, cp.gpus, cp.cuts)
 
@@ -83,7 +83,7 @@ def test_shipped_rigs_agree(rig, objective):
     from solver.problem import Overrides
 
     p = load_problem(rig, Overrides(objective=objective))
-    arcs = build_arcs(p, walk_table(p))
+    arcs = build_arcs(p, build_table(p))
     cp = solve_cpsat(arcs, Limits(workers=2), hint=dp_hint(arcs))  # seeded as `solve` seeds it
     assert cp.status == "optimal"
     if arcs.order == "as-given" or arcs.n_gpus <= 8:
@@ -111,7 +111,7 @@ def test_dp_in_the_chosen_order_confirms_free_order_plans(seed):
     from solver.planner import _dp_in_order
 
     p = random_problem(seed, n_layers=9, n_gpus=4, experts=5, order="auto", tight=1.2, twins=seed % 2 == 0)
-    arcs = build_arcs(p, walk_table(p))
+    arcs = build_arcs(p, build_table(p))
     cp = solve_cpsat(arcs, Limits(workers=1))
     if not cp.found:
         return

@@ -27,7 +27,7 @@ def run(*args: str | Path):
 
 def test_out_holds_the_same_object_as_json(tmp_path):
     rig = tiny_rig(tmp_path)
-    res = run(rig, "--json", "--check", "--export", "vllm", "--out", "plan.json")
+    res = run(rig, "--json", "--check", "--export", "strata", "--out", "plan.json")
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout) == json.loads((tmp_path / "plan.json").read_text())
     assert res.stdout == (tmp_path / "plan.json").read_text()
@@ -178,12 +178,12 @@ def test_export_strata_sets_the_device_order_when_it_changed(tmp_path):
     assert all(f"{line}\n" in table.stdout for line in lines)
 
 
-def test_export_vllm_and_llama_cpp_give_layers_per_stage(tmp_path):
-    rig = reordering_rig(tmp_path)
-    got = json.loads(run(rig, "--json").stdout)
+def test_export_vllm_gives_layers_per_stage(tmp_path):
+    gpus = [{"name": "small", "free": 2500, "layer_ms": 1.0}, {"name": "big", "free": 4000, "layer_ms": 1.0}]
+    rig = tiny_rig(tmp_path, gpus=gpus, rig_extra={"order": "auto"}, model_extra={"first_stage_bytes": 1200})
+    got = json.loads(run(rig, "--engine", "vllm", "--json").stdout)
     sizes = ",".join(str(s["end"] - s["start"]) for s in got["stages"])
-    assert f"VLLM_PP_LAYER_PARTITION={sizes}\n" in run(rig, "--export", "vllm").stdout
-    assert f"--tensor-split {sizes}\n" in run(rig, "--export", "llama.cpp").stdout
+    assert f"VLLM_PP_LAYER_PARTITION={sizes}\n" in run(rig, "--engine", "vllm", "--export", "vllm").stdout
 
 
 def test_export_strata_with_one_gpu_prints_no_empty_flag(tmp_path):

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from solver.arcs import build_arcs
+from solver.engines import build_table
 from solver.planner import plan_rig
 from solver.problem import Problem
 from solver.rangewalk import walk_table
@@ -52,7 +53,7 @@ def problem(
 
 def every_answer(p: Problem) -> set[tuple[tuple[int, ...], tuple[int, ...]]]:
     """(gpus, cuts) from each exact solver and the planner; one element when they all agree."""
-    arcs = build_arcs(p, walk_table(p))
+    arcs = build_arcs(p, build_table(p))
     sols = [solve_exhaustive(arcs), solve_dp(arcs), solve_cpsat(arcs, Limits(workers=1))]
     assert all(s.status == "optimal" for s in sols), [(s.name, s.status) for s in sols]
     result = plan_rig(p, Limits(workers=2), check=True)
@@ -75,7 +76,7 @@ def test_bottleneck_decides_within_one_unit(miss_ms):
     p = problem([1.0, 1.0000001], [10_000, 10_000], 4, miss_ms=miss_ms)
     w = windows(p, [((0, 1), (c,)) for c in (1, 2, 3)])
     assert w == pytest.approx([miss_ms + 4.0000003, miss_ms + 4.0000002, miss_ms + 4.0000001], abs=1e-9)
-    assert build_arcs(p, walk_table(p)).time_scale == (10**12 if miss_ms == 0 else 10**11)
+    assert build_arcs(p, build_table(p)).time_scale == (10**12 if miss_ms == 0 else 10**11)
     assert every_answer(p) == {((0, 1), (2,))}
 
 
@@ -162,7 +163,7 @@ def scaling_errors(p: Problem) -> tuple[np.ndarray, np.ndarray, int]:
     import itertools
 
     walk = walk_table(p)
-    arcs = build_arcs(p, walk)
+    arcs = build_arcs(p, build_table(p))
     held_mass = walk.held_sum(p.mass)[arcs.gpu, arcs.start, arcs.end]
     held = walk.held_sum(np.ones(len(p.mass), dtype=np.int64))[arcs.gpu, arcs.start, arcs.end]
     exact = (arcs.end - arcs.start) * p.layer_ms[arcs.gpu] - p.miss_ms * held_mass

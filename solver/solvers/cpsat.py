@@ -23,7 +23,8 @@ import numpy as np
 import pandas as pd
 from ortools.sat.python import cp_model
 
-from solver.arcs import MASS_SCALE, Arcs, best_through, subset
+from solver.arcs import Arcs, best_through, subset
+from solver.problem import MASS_SCALE
 from solver.solvers import Limits, Solution, plan_arcs
 
 Fix = Callable[[cp_model.CpModel, list, Arcs], None]

@@ -1,0 +1,117 @@
+"""`solve` under each engine: the JSON of SPEC 6, the shipped llama.cpp rig, and its input errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from clirun import invoke
+from rigfiles import tiny_rig
+
+from solver.config import shown_path
+
+LLAMA_MIX = "rigs/llama-mix.yaml"
+
+
+def _json(*args) -> tuple[int, dict]:
+    res = invoke(*args)
+    return res.exit_code, json.loads(res.stdout) if res.stdout.strip() else {}
+
+
+def test_llama_mix_plans_and_the_oracle_agrees():
+    code, d = _json(LLAMA_MIX, "--check")
+    assert code == 0 and d["engine"] == "llama.cpp" and d["status"] == "optimal"
+    assert d["oracle"]["agrees"]
+    stages = d["stages"]
+    cpu = sum(s["cpu_ms"] for s in stages)
+    compute = sum(s["compute_ms"] for s in stages)
+    assert d["window_ms"] == pytest.approx(compute + cpu, abs=1e-9)
+    for s in stages:
+        assert s["stage_ms"] == pytest.approx(s["compute_ms"] + s["cpu_ms"])
+        assert len(s["offload"]) == s["tensors"] - s["held_tensors"]
+        assert all(s["start"] <= o["layer"] < s["end"] for o in s["offload"])
+    assert d["bottleneck_ms"] == max(s["stage_ms"] for s in stages)
+    assert d["host_bytes"] == sum(s["host_bytes"] for s in stages) <= 128 * 2**30
+    assert d["baseline"]["name"] == "free-memory"
+
+
+def _llama_tiny(tmp_path, **rig):
+    gpus = [{"name": "a", "free": 1500, "layer_ms": 1.0}, {"name": "b", "free": 1200, "layer_ms": 2.0}]
+    extra = {"engine": "llama.cpp", "host_bandwidth": "20 KB/s", **rig}
+    tensors = {"ffn_gate_exps": 60, "ffn_up_exps": 60, "ffn_down_exps": [90, 90, 90, 90, 70, 70, 70, 70]}
+    return tiny_rig(
+        tmp_path, gpus=gpus, rig_extra=extra, model_extra={"active_experts": 2, "expert_tensors": tensors}
+    )
+
+
+def test_llama_cpp_tensors_fill_largest_first(tmp_path):
+    code, d = _json(_llama_tiny(tmp_path), "--check")
+    assert code == 0 and d["oracle"]["agrees"]
+    assert any(s["offload"] for s in d["stages"])  # the rig is tight enough to leave tensors on the CPU
+    down = [90, 90, 90, 90, 70, 70, 70, 70]
+    for s in d["stages"]:
+        units = [(60, layer, 0, "ffn_gate_exps") for layer in range(s["start"], s["end"])]
+        units += [(60, layer, 1, "ffn_up_exps") for layer in range(s["start"], s["end"])]
+        units += [(down[layer], layer, 2, "ffn_down_exps") for layer in range(s["start"], s["end"])]
+        units.sort(key=lambda u: (-u[0], u[1], u[2]))
+        used, left = 0, []
+        for size, layer, _, name in units:
+            if used + size <= s["room_bytes"]:
+                used += size
+            else:
+                left.append({"layer": layer, "tensors": [name]})
+        assert s["cache_bytes"] == used
+        key = lambda o: (o["layer"], o["tensors"])  # noqa: E731
+        assert sorted(s["offload"], key=key) == sorted(left, key=key)
+        cpu = sum(
+            1000 * 2 * size / (6 * 20_000)
+            for size, layer, _, name in units
+            if {"layer": layer, "tensors": [name]} in left
+        )
+        assert s["cpu_ms"] == pytest.approx(cpu)
+
+
+@pytest.mark.parametrize(
+    ("where", "key"),
+    [("rig", "host_bandwidth"), ("model", "active_experts")],
+)
+def test_llama_cpp_needs_its_keys(tmp_path, where, key):
+    rig = _llama_tiny(tmp_path)
+    path = rig if where == "rig" else tmp_path / "model.yaml"
+    text = "\n".join(line for line in path.read_text().splitlines() if not line.startswith(key))
+    path.write_text(text + "\n")
+    res = invoke(rig)
+    assert res.exit_code == 2
+    assert res.stderr.startswith(shown_path(path)) and f"{key}: missing (engine llama.cpp needs" in res.stderr
+
+
+def test_expert_tensor_lists_have_one_entry_per_layer(tmp_path):
+    rig = tiny_rig(tmp_path, model_extra={"expert_tensors": {"ffn_up_exps": [1, 2]}})
+    res = invoke(rig)
+    assert (
+        res.exit_code == 2
+        and "expert_tensors.ffn_up_exps: has 2 entries; expected one per layer (8)" in res.stderr
+    )
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_resident_engines_report_spare_kv(tmp_path, engine):
+    gpus = [{"name": "a", "free": 2500, "layer_ms": 1.0}, {"name": "b", "free": 2600, "layer_ms": 1.0}]
+    rig = tiny_rig(tmp_path, gpus=gpus, rig_extra={"context": 4}, model_extra={"kv_bytes_per_token": 3})
+    code, d = _json(rig, "--engine", engine, "--check")
+    assert code == 0 and d["engine"] == engine and d["held_mass"] == 1.0 and d["oracle"]["agrees"]
+    for s in d["stages"]:
+        experts = 6 * 40 * (s["end"] - s["start"])
+        assert s["cache_bytes"] == experts
+        assert s["spare_kv_tokens"] == (s["room_bytes"] - experts) // (3 * (s["end"] - s["start"]))
+    assert d["spare_kv_tokens"] == min(s["spare_kv_tokens"] for s in d["stages"])
+    assert d["window_ms"] == pytest.approx(sum(s["compute_ms"] for s in d["stages"]))
+    assert d["baseline"]["name"] == "even"
+
+
+def test_resident_engine_refuses_ranges_whose_experts_do_not_fit(tmp_path):
+    gpus = [{"name": "a", "free": 1300, "layer_ms": 1.0}, {"name": "b", "free": 1300, "layer_ms": 1.0}]
+    rig = tiny_rig(tmp_path, gpus=gpus)
+    assert invoke(rig).exit_code == 0  # strata caches what fits
+    code, d = _json(rig, "--engine", "vllm")
+    assert code == 3 and d["status"] == "infeasible" and d["reason"]
