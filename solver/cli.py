@@ -17,7 +17,7 @@ from rich.console import Console
 from solver.atomicfile import atomic_open, refuse_inputs
 from solver.config import shown_path
 from solver.errors import InputError
-from solver.export import ENGINES, engine_flags
+from solver.export import ENGINES, export_lines
 from solver.problem import Overrides, load_problem
 from solver.profile_cli import profile_group
 from solver.solvers import Limits
@@ -156,7 +156,7 @@ def plan_cmd(
             problem, Limits(time_limit=time_limit, workers=workers, progress=progress), check=check
         )
     flags = (
-        engine_flags(engine, result.plan.gpus, result.plan.cuts, problem.n_layers)
+        export_lines(engine, result.plan.gpus, result.plan.cuts, problem.n_layers)
         if engine and result.plan
         else []
     )

@@ -173,7 +173,7 @@ def test_export_strata_sets_the_device_order_when_it_changed(tmp_path):
     assert got["gpus"] == [1, 0]
     lines = got["export"]["lines"]
     cuts = ",".join(map(str, got["cuts"]))
-    assert lines == ["CUDA_VISIBLE_DEVICES=1,0", f"--layer-split {cuts}", f'"layer_split": [{cuts}]']
+    assert lines == ["export CUDA_VISIBLE_DEVICES=1,0", f"--layer-split {cuts}", f'"layer_split": [{cuts}]']
     table = run(rig, "--export", "strata")
     assert all(f"{line}\n" in table.stdout for line in lines)
 
@@ -181,9 +181,11 @@ def test_export_strata_sets_the_device_order_when_it_changed(tmp_path):
 def test_export_vllm_and_llama_cpp_give_layers_per_stage(tmp_path):
     rig = reordering_rig(tmp_path)
     got = json.loads(run(rig, "--json").stdout)
-    sizes = ",".join(str(s["end"] - s["start"]) for s in got["stages"])
-    assert f"VLLM_PP_LAYER_PARTITION={sizes}\n" in run(rig, "--export", "vllm").stdout
-    assert f"--tensor-split {sizes}\n" in run(rig, "--export", "llama.cpp").stdout
+    sizes = [s["end"] - s["start"] for s in got["stages"]]
+    partition = ",".join(map(str, sizes))
+    assert f"export VLLM_PP_LAYER_PARTITION={partition}\n" in run(rig, "--export", "vllm").stdout
+    split = ",".join(map(str, [*sizes[:-1], sizes[-1] + 1]))  # llama.cpp's output slot
+    assert f"--tensor-split {split}\n" in run(rig, "--export", "llama.cpp").stdout
 
 
 def test_export_strata_with_one_gpu_prints_no_empty_flag(tmp_path):
