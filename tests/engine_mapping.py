@@ -136,6 +136,19 @@ def vllm_pp_indices(env: dict[str, str], num_hidden_layers: int, pp_rank: int, p
     return start_layer, start_layer + partitions[pp_rank]
 
 
+def vllm_local_device(pp_rank: int, tp_size: int = 1, tp_rank: int = 0) -> int:
+    """vllm/distributed/parallel_state.py: ranks are laid out (pp, tp), so global rank = pp_rank * tp_size +
+    tp_rank; one node's multiprocessing executor gives rank r the CUDA device r."""
+    return pp_rank * tp_size + tp_rank
+
+
+def sglang_gpu_id(pp_rank: int, pp_size: int, tp_size: int = 1, tp_rank: int = 0, nnodes: int = 1) -> int:
+    """python/sglang/srt/entrypoints/engine.py, _launch_scheduler_processes (base_gpu_id 0, gpu_id_step 1)."""
+    pp_size_per_node = max(pp_size // nnodes, 1)
+    tp_size_per_node = tp_size // nnodes
+    return (pp_rank % pp_size_per_node) * tp_size_per_node + (tp_rank % tp_size_per_node)
+
+
 def sglang_pp_indices(env: dict[str, str], num_hidden_layers: int, pp_rank: int, pp_size: int):
     """python/sglang/srt/distributed/utils.py, get_pp_indices: [start, end) of a pipeline rank."""
     value = env.get("SGLANG_PP_LAYER_PARTITION")

@@ -16,8 +16,10 @@ from engine_mapping import (
     llama_tensor_buft,
     llama_tensor_split,
     parse_lines,
+    sglang_gpu_id,
     sglang_pp_indices,
     visible,
+    vllm_local_device,
     vllm_pp_indices,
 )
 from hypothesis import given, settings
@@ -231,14 +233,15 @@ def test_tensor_names_catch_a_tensor_the_model_lacks():
 def test_vllm_and_sglang_partitions_give_every_rank_its_layers(plan):
     gpus, cuts, n_layers = plan
     bounds = list(zip([0, *cuts], [*cuts, n_layers]))
-    for engine, size_flag, indices in (
-        ("vllm", "--pipeline-parallel-size", vllm_pp_indices),
-        ("sglang", "--pp-size", sglang_pp_indices),
+    for engine, size_flag, indices, device in (
+        ("vllm", "--pipeline-parallel-size", vllm_pp_indices, lambda r, _: vllm_local_device(r)),
+        ("sglang", "--pp-size", sglang_pp_indices, sglang_gpu_id),
     ):
         env, flags = parse_lines(export_lines(engine, gpus, cuts, n_layers))
         pp_size = int(flags[size_flag])
         assert [indices(env, n_layers, rank, pp_size) for rank in range(pp_size)] == bounds
-        check_devices(env, gpus)
+        cuda = visible(env, pp_size)
+        assert [cuda[device(rank, pp_size)] for rank in range(pp_size)] == list(gpus)
 
 
 def test_engine_defaults_are_the_even_splits_the_issue_describes():
