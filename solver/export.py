@@ -13,6 +13,8 @@ import shlex
 from collections import defaultdict
 from dataclasses import dataclass
 
+from solver.export_hosts import Hosts, llama_rpc_lines, sglang_node_lines, vllm_ray_lines
+
 ENGINES = ("strata", "llama.cpp", "vllm", "sglang")
 
 # llama.cpp refuses a --tensor-split with llama_max_devices() (16) entries or more (common/arg.cpp).
@@ -66,6 +68,7 @@ def export_lines(
     offload: list[Offload] | tuple[Offload, ...] = (),
     tensor_names: list[str] | None = None,
     extra_blocks: int = 0,
+    hosts: Hosts | None = None,
 ) -> list[str]:
     """Lines to paste (shell commands or flags) that make ``engine`` run the plan.
 
@@ -73,16 +76,19 @@ def export_lines(
     layer of every later stage. llama.cpp only: ``offload`` lists the expert tensors left on the CPU;
     ``tensor_names``, when given (every tensor name of the model), proves the -ot pattern selects exactly
     them; ``extra_blocks`` counts blocks the GGUF holds after the planned layers (GLM's MTP layers are in
-    its block_count), which llama.cpp puts on the last device with the output. Raises ValueError for a
-    plan the engine cannot express.
+    its block_count), which llama.cpp puts on the last device with the output. ``hosts`` says where
+    each rig GPU is, for a plan that spans machines (SPEC 8). Raises ValueError for a plan the engine
+    cannot express.
     """
     ordered = list(cuts) == sorted(set(cuts)) and all(0 < c < n_layers for c in cuts)
     if len(cuts) != len(gpus) - 1 or not ordered:
         raise ValueError(f"cuts {cuts} do not split {n_layers} layers into {len(gpus)} stages")
     if offload and engine != "llama.cpp":
         raise ValueError(f"{engine} keeps every weight on its GPU: nothing to offload")
-    lines = _device_order(gpus)
     sizes = stage_sizes(cuts, n_layers)
+    if hosts is not None and hosts.spans(gpus):
+        return _across_hosts(engine, gpus, sizes, n_layers + extra_blocks, offload, tensor_names, hosts)
+    lines = _device_order(gpus)
     if engine == "strata":
         config = json.dumps({"layer_split": cuts})[1:-1]
         if not cuts:  # one stage: an empty --layer-split would be a broken flag
@@ -94,6 +100,29 @@ def export_lines(
         return [*lines, _env("SGLANG_PP_LAYER_PARTITION", sizes), f"--pp-size {len(gpus)}"]
     if engine == "llama.cpp":
         return [*lines, *_llama_flags(sizes, n_layers + extra_blocks, offload, tensor_names)]
+    raise ValueError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
+
+
+def _across_hosts(
+    engine: str,
+    gpus: list[int],
+    sizes: list[int],
+    n_blocks: int,
+    offload: list[Offload] | tuple[Offload, ...],
+    names: list[str] | None,
+    hosts: Hosts,
+) -> list[str]:
+    partition = ",".join(map(str, sizes))
+    if engine == "llama.cpp":
+        split, *override = _llama_flags(sizes, n_blocks, offload, names)
+        servers, main, devices = llama_rpc_lines(hosts, gpus)
+        return [*servers, *main, devices, split, *override]
+    if engine == "vllm":
+        return vllm_ray_lines(hosts, gpus, partition)
+    if engine == "sglang":
+        return sglang_node_lines(hosts, gpus, partition)
+    if engine == "strata":
+        raise ValueError("strata runs on one machine: its plan cannot span hosts")
     raise ValueError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
 
 

@@ -142,10 +142,8 @@ def vllm_local_device(pp_rank: int, tp_size: int = 1, tp_rank: int = 0) -> int:
     return pp_rank * tp_size + tp_rank
 
 
-def sglang_gpu_id(pp_rank: int, pp_size: int, tp_size: int = 1, tp_rank: int = 0, nnodes: int = 1) -> int:
-    """python/sglang/srt/entrypoints/engine.py, _launch_scheduler_processes (base_gpu_id 0, gpu_id_step 1)."""
-    pp_size_per_node = max(pp_size // nnodes, 1)
-    tp_size_per_node = tp_size // nnodes
+def sglang_gpu_id(pp_rank: int, pp_size_per_node: int, tp_size_per_node: int = 1, tp_rank: int = 0) -> int:
+    """python/sglang/srt/entrypoints/engine.py, the scheduler's gpu_id (base_gpu_id 0, gpu_id_step 1)."""
     return (pp_rank % pp_size_per_node) * tp_size_per_node + (tp_rank % tp_size_per_node)
 
 
@@ -161,3 +159,87 @@ def sglang_pp_indices(env: dict[str, str], num_hidden_layers: int, pp_rank: int,
         start_layer = pp_rank * (base_layers + 1) - (pp_size - remainder)
         return start_layer, start_layer + base_layers + 1
     return pp_rank * base_layers, (pp_rank + 1) * base_layers
+
+
+# Across hosts
+
+
+def host_sections(lines: list[str]) -> dict[str, list[list[str]]]:
+    """The lines under each ``# on HOST`` comment, as shell words; a host may have several sections."""
+    sections: dict[str, list[list[str]]] = {}
+    host = ""
+    for line in lines:
+        heading = re.match(r"# on ([^\s:]+)", line)
+        if heading:
+            host = heading.group(1)
+            sections.setdefault(host, [])
+        elif not line.startswith("#"):
+            sections[host].append(shlex.split(line))
+    return sections
+
+
+def command_env(words: list[str]) -> tuple[dict[str, str], list[str]]:
+    """``NAME=VALUE ... cmd args`` and ``export NAME=VALUE``: the variables, and the command's words."""
+    env: dict[str, str] = {}
+    if words[0] == "export":
+        words = words[1:]
+    while words and "=" in words[0] and not words[0].startswith("-"):
+        name, value = words[0].split("=", 1)
+        env[name] = value
+        words = words[1:]
+    return env, words
+
+
+def option(words: list[str], flag: str) -> str:
+    return words[words.index(flag) + 1]
+
+
+def llama_model_devices(rpc: list[str], device_arg: str | None, n_local: int) -> list[str]:
+    """src/llama.cpp, llama_model_load_from_file_impl: the model's device names, in the order -ts indexes.
+
+    ``--rpc`` registers one RPC device per endpoint (an rpc-server that sees one GPU), named ``RPC<n>`` in
+    registration order (ggml-rpc.cpp, ggml_backend_rpc_add_server); with ``--device`` the devices are the
+    ones it names, in its order (common/arg.cpp, parse_device_list); without, RPC devices come first,
+    then the local GPUs.
+    """
+    registry = [f"RPC{n}" for n in range(len(rpc))] + [f"CUDA{i}" for i in range(n_local)]
+    if device_arg is None:
+        return registry
+    names = device_arg.split(",")
+    lowered = [r.lower() for r in registry]
+    assert all(n.lower() in lowered for n in names), names  # ggml_backend_dev_by_name, case-insensitive
+    return [registry[lowered.index(n.lower())] for n in names]
+
+
+def vllm_ray_ranks(nodes: dict[str, list[int]], driver: str) -> list[tuple[str, int]]:
+    """vllm/executor/ray_distributed_executor.py, _init_workers_ray: (node, GPU) of each rank.
+
+    One worker per GPU of the cluster; workers sorted by (not on the driver's node, workers on their node,
+    node IP as a string); on each node the i-th worker (local_rank) gets the i-th smallest GPU id.
+    """
+    workers = [node for node, gpus in nodes.items() for _ in gpus]
+    counts = {node: len(gpus) for node, gpus in nodes.items()}
+    ranked = sorted(workers, key=lambda node: (0 if node == driver else 1, counts[node], node))
+    seen: dict[str, int] = {}
+    placed = []
+    for node in ranked:
+        local_rank = seen.get(node, 0)
+        seen[node] = local_rank + 1
+        placed.append((node, sorted(nodes[node])[local_rank]))
+    return placed
+
+
+def sglang_rank_ranges(nnodes: int, pp_size: int, tp_size: int, node_rank: int):
+    """python/sglang/srt/entrypoints/engine.py, _calculate_rank_ranges."""
+    pp_size_per_node = max(pp_size // nnodes, 1)
+    nnodes_per_pp_rank = max(nnodes // pp_size, 1)
+    pp_rank_range = range(
+        pp_size_per_node * (node_rank // nnodes_per_pp_rank),
+        pp_size_per_node * (node_rank // nnodes_per_pp_rank + 1),
+    )
+    tp_size_per_node = tp_size // nnodes_per_pp_rank
+    tp_rank_range = range(
+        tp_size_per_node * (node_rank % nnodes_per_pp_rank),
+        tp_size_per_node * (node_rank % nnodes_per_pp_rank + 1),
+    )
+    return pp_rank_range, tp_rank_range, pp_size_per_node, tp_size_per_node

@@ -235,7 +235,7 @@ def test_vllm_and_sglang_partitions_give_every_rank_its_layers(plan):
     bounds = list(zip([0, *cuts], [*cuts, n_layers]))
     for engine, size_flag, indices, device in (
         ("vllm", "--pipeline-parallel-size", vllm_pp_indices, lambda r, _: vllm_local_device(r)),
-        ("sglang", "--pp-size", sglang_pp_indices, sglang_gpu_id),
+        ("sglang", "--pp-size", sglang_pp_indices, lambda r, pp: sglang_gpu_id(r, pp)),
     ):
         env, flags = parse_lines(export_lines(engine, gpus, cuts, n_layers))
         pp_size = int(flags[size_flag])
