@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import click
 from rich.console import Console
@@ -18,11 +18,14 @@ from solver.atomicfile import atomic_open, refuse_inputs
 from solver.config import shown_path
 from solver.engines import ENGINES
 from solver.errors import InputError
-from solver.export import engine_flags
+from solver.export import Offload, check_export_engine, export_lines
 from solver.model_cli import model_group, rig_group
 from solver.problem import Overrides, load_problem
 from solver.profile_cli import profile_group
 from solver.solvers import Limits
+
+if TYPE_CHECKING:
+    from solver.planner import Result
 
 EXIT_INPUT, EXIT_INFEASIBLE, EXIT_DISAGREE = 2, 3, 4
 
@@ -154,12 +157,9 @@ def plan_cmd(
 
             require_matplotlib(str(plot))
         problem = load_problem(rig, Overrides(model, profile, objective, order, context, engine))
-        if export and export != problem.engine:
-            raise InputError(
-                shown_path(rig),
-                f"--export {export}: the plan is for engine {problem.engine}; plan with --engine {export} "
-                f"to get {export}'s flags",
-            )
+        refused = check_export_engine(export, problem.engine) if export else None
+        if refused:
+            raise InputError(shown_path(rig), f"--export {export}: {refused}")
         for path in (out, plot):
             if path:
                 refuse_inputs(path, shown_path(path), [Path(f) for f in problem.files.values()])
@@ -173,11 +173,7 @@ def plan_cmd(
         result = plan_rig(
             problem, Limits(time_limit=time_limit, workers=workers, progress=progress), check=check
         )
-    flags = (
-        engine_flags(export, result.plan.gpus, result.plan.cuts, problem.n_layers)
-        if export and result.plan
-        else []
-    )
+    flags = _export_flags(export, result) if export and result.plan else []
     report = to_json(result)
     if export:
         report["export"] = {"engine": export, "lines": flags}
@@ -206,6 +202,17 @@ def plan_cmd(
         sys.exit(EXIT_INFEASIBLE)
     if result.oracle is not None and not result.oracle.agrees:
         sys.exit(EXIT_DISAGREE)
+
+
+def _export_flags(engine: str, result: Result) -> list[str]:
+    """The lines that make ``engine`` run the plan; a plan the engine cannot express exits 2."""
+    plan = result.plan
+    offload = [Offload(layer, name) for s in plan.stages for layer, names in s.offload for name in names]
+    try:
+        return export_lines(engine, plan.gpus, plan.cuts, result.problem.n_layers, offload)
+    except ValueError as exc:
+        click.echo(f"--export {engine}: {exc}", err=True)
+        sys.exit(EXIT_INPUT)
 
 
 @cli.command("probe")

@@ -1,25 +1,280 @@
-"""Engine flags that realise a plan: Strata, vLLM and llama.cpp."""
+"""Engine flags that make an engine run exactly the chosen plan (SPEC 6.4).
+
+Pure functions, no I/O. Each engine's mapping from these flags to layers and devices is re-implemented in
+tests/engine_mapping.py and checked over random plans in tests/test_export.py; docs/exports.md says why
+each form is exact.
+"""
 
 from __future__ import annotations
 
 import json
+import re
+import shlex
+from collections import defaultdict
+from dataclasses import dataclass
 
-ENGINES = ("strata", "vllm", "llama.cpp")
+from solver.engines import ENGINES
+from solver.export_hosts import Hosts, llama_rpc_lines, sglang_node_lines, vllm_ray_lines
+
+# llama.cpp refuses a --tensor-split with llama_max_devices() (16) entries or more (common/arg.cpp).
+LLAMA_MAX_SPLITS = 15
+# -ngl 999 puts every block and the output slot on the GPUs while n_layer + 1 <= 999.
+LLAMA_ALL_LAYERS = 999
+# What a tensor name may hold: no regex metacharacter but '.', and no ',' or '=' that -ot splits on.
+_NAME = re.compile(r"[A-Za-z0-9_.]+")
 
 
-def engine_flags(engine: str, gpus: list[int], cuts: list[int], n_layers: int) -> list[str]:
-    """Lines to paste: the engine's flag for the split, and the device order when it changed."""
-    sizes = [b - a for a, b in zip([0, *cuts], [*cuts, n_layers])]
-    joined = ",".join(map(str, sizes))
-    reordered = list(gpus) != sorted(gpus)
-    devices = [f"CUDA_VISIBLE_DEVICES={','.join(map(str, gpus))}"] if reordered else []
+@dataclass(frozen=True)
+class Offload:
+    """An expert tensor llama.cpp keeps on the CPU: ``blk.{layer}.{tensor}``.
+
+    ``tensor`` is the name after ``blk.N.``: ``ffn_gate_exps`` means ``blk.N.ffn_gate_exps.weight``; a
+    name ending in ``.bias`` (or ``.weight``) is taken whole: ``ffn_gate_exps.bias`` is
+    ``blk.N.ffn_gate_exps.bias``.
+    """
+
+    layer: int
+    tensor: str
+
+    @property
+    def suffix(self) -> str:
+        """The tensor's name after ``blk.N.``, with its ``.weight``/``.bias`` ending."""
+        return self.tensor if self.tensor.endswith((".weight", ".bias")) else f"{self.tensor}.weight"
+
+    @property
+    def name(self) -> str:
+        """The full GGUF tensor name, as llama.cpp matches -ot patterns against it."""
+        return f"blk.{self.layer}.{self.suffix}"
+
+
+def check_export_engine(export: str, plan_engine: str) -> str | None:
+    """The one-line error when ``--export`` asks for another engine than the plan's, else None."""
+    if export == plan_engine:
+        return None
+    return f"the plan is for engine {plan_engine}; plan with --engine {export} to get {export}'s flags"
+
+
+def stage_sizes(cuts: list[int], n_layers: int) -> list[int]:
+    """Layers per stage, in pipeline order."""
+    return [b - a for a, b in zip([0, *cuts], [*cuts, n_layers])]
+
+
+def export_lines(
+    engine: str,
+    gpus: list[int],
+    cuts: list[int],
+    n_layers: int,
+    offload: list[Offload] | tuple[Offload, ...] = (),
+    tensor_names: list[str] | None = None,
+    extra_blocks: int = 0,
+    hosts: Hosts | None = None,
+) -> list[str]:
+    """Lines to paste (shell commands or flags) that make ``engine`` run the plan.
+
+    ``gpus`` are rig GPU indices in pipeline order, taken to be CUDA device numbers; ``cuts`` the first
+    layer of every later stage. llama.cpp only: ``offload`` lists the expert tensors left on the CPU;
+    ``tensor_names``, when given (every tensor name of the model), proves the -ot pattern selects exactly
+    them; ``extra_blocks`` counts blocks the GGUF holds after the planned layers (GLM's MTP layers are in
+    its block_count), which llama.cpp puts on the last device with the output. ``hosts`` says where
+    each rig GPU is, for a plan that spans machines (SPEC 8). Raises ValueError for a plan the engine
+    cannot express.
+    """
+    ordered = list(cuts) == sorted(set(cuts)) and all(0 < c < n_layers for c in cuts)
+    if len(cuts) != len(gpus) - 1 or not ordered:
+        raise ValueError(f"cuts {cuts} do not split {n_layers} layers into {len(gpus)} stages")
+    if offload and engine != "llama.cpp":
+        raise ValueError(f"{engine} keeps every weight on its GPU: nothing to offload")
+    sizes = stage_sizes(cuts, n_layers)
+    if hosts is not None and hosts.spans(gpus):
+        return _across_hosts(engine, gpus, sizes, n_layers + extra_blocks, offload, tensor_names, hosts)
+    lines = _device_order(gpus)
     if engine == "strata":
         config = json.dumps({"layer_split": cuts})[1:-1]
         if not cuts:  # one stage: an empty --layer-split would be a broken flag
-            return [*devices, "# one GPU runs every layer: no --layer-split needed", config]
-        return [*devices, f"--layer-split {','.join(map(str, cuts))}", config]
+            return [*lines, "# one GPU runs every layer: no --layer-split needed", config]
+        return [*lines, f"--layer-split {','.join(map(str, cuts))}", config]
     if engine == "vllm":
-        return [*devices, f"VLLM_PP_LAYER_PARTITION={joined}"]
+        return [*lines, _env("VLLM_PP_LAYER_PARTITION", sizes), f"--pipeline-parallel-size {len(gpus)}"]
+    if engine == "sglang":
+        return [*lines, _env("SGLANG_PP_LAYER_PARTITION", sizes), f"--pp-size {len(gpus)}"]
     if engine == "llama.cpp":
-        return [*devices, f"--split-mode layer --tensor-split {joined}"]
+        return [*lines, *_llama_flags(sizes, n_layers + extra_blocks, offload, tensor_names)]
     raise ValueError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
+
+
+def _across_hosts(
+    engine: str,
+    gpus: list[int],
+    sizes: list[int],
+    n_blocks: int,
+    offload: list[Offload] | tuple[Offload, ...],
+    names: list[str] | None,
+    hosts: Hosts,
+) -> list[str]:
+    partition = ",".join(map(str, sizes))
+    if engine == "llama.cpp":
+        split, *override = _llama_flags(sizes, n_blocks, offload, names)
+        servers, main, devices = llama_rpc_lines(hosts, gpus)
+        return [*servers, *main, devices, split, *override]
+    if engine == "vllm":
+        return vllm_ray_lines(hosts, gpus, partition)
+    if engine == "sglang":
+        return sglang_node_lines(hosts, gpus, partition)
+    if engine == "strata":
+        raise ValueError("strata runs on one machine: its plan cannot span hosts")
+    raise ValueError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
+
+
+def _device_order(gpus: list[int]) -> list[str]:
+    """``export CUDA_VISIBLE_DEVICES=...`` unless the engine's devices 0..k-1 already are the plan's."""
+    if list(gpus) == list(range(len(gpus))):
+        return []
+    return [f"export CUDA_VISIBLE_DEVICES={','.join(map(str, gpus))}"]
+
+
+def _env(name: str, sizes: list[int]) -> str:
+    return f"export {name}={','.join(map(str, sizes))}"
+
+
+def tensor_split(sizes: list[int], n_blocks: int) -> list[int]:
+    """llama.cpp's -ts values: layers per stage, the last one counting the output slot (and extra blocks).
+
+    llama.cpp maps slot il (0..n_block, the output being slot n_block) to the first device whose
+    cumulative float32 fraction exceeds il / (n_block + 1); integer counts that sum to n_block + 1 make
+    those fractions fall exactly on the stage boundaries (docs/exports.md has the proof).
+    """
+    return [*sizes[:-1], sizes[-1] + n_blocks - sum(sizes) + 1]
+
+
+def _llama_flags(
+    sizes: list[int], n_blocks: int, offload: list[Offload] | tuple[Offload, ...], names: list[str] | None
+) -> list[str]:
+    if len(sizes) > LLAMA_MAX_SPLITS:
+        raise ValueError(
+            f"llama.cpp takes at most {LLAMA_MAX_SPLITS} --tensor-split values; "
+            f"this plan has {len(sizes)} stages"
+        )
+    if n_blocks + 1 > LLAMA_ALL_LAYERS:
+        raise ValueError(f"-ngl {LLAMA_ALL_LAYERS} cannot offload {n_blocks} blocks and the output")
+    outside = [unit.name for unit in offload if not 0 <= unit.layer < n_blocks]
+    if outside:
+        raise ValueError(f"tensor {outside[0]} is beyond the model's {n_blocks} blocks")
+    split = ",".join(map(str, tensor_split(sizes, n_blocks)))
+    lines = [f"--split-mode layer -ngl {LLAMA_ALL_LAYERS} --tensor-split {split}"]
+    if offload:
+        pattern = override_pattern(offload)
+        if names is not None:
+            check_pattern(pattern, offload, names)
+        lines.append(f"--override-tensor {shlex.quote(pattern + '=CPU')}")
+    return lines
+
+
+def override_pattern(offload: list[Offload] | tuple[Offload, ...]) -> str:
+    """One anchored regex that matches exactly the offloaded tensors' names.
+
+    Layers sharing a tensor set form one alternative (``blk\\.(3|17)\\.ffn_(gate|up)_exps\\.weight``),
+    or tensors sharing a layer set do, whichever is shorter. Only a portable subset of regex syntax is
+    used (escaped dots, groups, alternation, ``?``, digit classes, ``^`` and ``$``), so Python's ``re`` and
+    the ECMAScript ``std::regex`` llama.cpp searches with agree on it.
+    """
+    by_layer: dict[int, set[str]] = defaultdict(set)
+    for unit in offload:
+        if not _NAME.fullmatch(unit.tensor):
+            raise ValueError(f"cannot name tensor {unit.name!r} in an -ot pattern")
+        by_layer[unit.layer].add(unit.suffix)
+    by_tensors: dict[frozenset[str], set[int]] = defaultdict(set)
+    for layer, suffixes in by_layer.items():
+        by_tensors[frozenset(suffixes)].add(layer)
+    by_layers: dict[frozenset[int], set[str]] = defaultdict(set)
+    for suffix in {s for suffixes in by_layer.values() for s in suffixes}:
+        by_layers[frozenset(layer for layer, s in by_layer.items() if suffix in s)].add(suffix)
+    groups = min(
+        [(layers, tensors) for tensors, layers in by_tensors.items()],
+        [(layers, tensors) for layers, tensors in by_layers.items()],
+        key=lambda g: len(_render(g)),
+    )
+    return _render(groups)
+
+
+def _render(groups: list[tuple[set[int] | frozenset[int], set[str] | frozenset[str]]]) -> str:
+    parts = sorted(f"{_numbers(layers)}\\.{_strings(tensors)}" for layers, tensors in groups)
+    return f"^blk\\.{_alternation(parts)}$"
+
+
+def _alternation(parts: list[str]) -> str:
+    return parts[0] if len(parts) == 1 else f"({'|'.join(parts)})"
+
+
+def _strings(strings: set[str] | frozenset[str]) -> str:
+    """An exact regex for a set of names: their common prefix and suffix around an alternation."""
+    words = sorted(strings)
+    head = _common_prefix(words)
+    room = min(len(w) for w in words) - len(head)
+    tail = _common_prefix([w[::-1] for w in words])[:room][::-1]
+    middles = sorted({w[len(head) : len(w) - len(tail)] for w in words})
+    alternatives = [m.replace(".", "\\.") for m in middles if m]
+    if len(alternatives) == len(middles) == 1:
+        middle = alternatives[0]
+    elif alternatives:  # "" among the middles makes the group optional
+        middle = f"({'|'.join(alternatives)})" + ("?" if "" in middles else "")
+    else:
+        middle = ""
+    return head.replace(".", "\\.") + middle + tail.replace(".", "\\.")
+
+
+def _common_prefix(words: list[str]) -> str:
+    first, last = min(words), max(words)
+    n = 0
+    while n < len(first) and first[n] == last[n]:
+        n += 1
+    return first[:n]
+
+
+def _numbers(numbers: set[int] | frozenset[int]) -> str:
+    """An exact regex for a set of non-negative integers written in decimal, with digit classes.
+
+    Numbers that differ only in their last digit share a class (``1[0-9]``); then those with the same
+    class that differ only in the digit before share a class too (``[1-3][0-9]``).
+    """
+    last: dict[tuple[int, str], set[str]] = defaultdict(set)
+    for n in numbers:
+        s = str(n)
+        last[(len(s), s[:-1])].add(s[-1])
+    second: dict[tuple[int, str, str], set[str]] = defaultdict(set)
+    parts = []  # (smallest number matched, pattern)
+    for (width, head), digits in last.items():
+        if width == 1:
+            parts.append((int(min(digits)), _digits(digits)))
+        else:
+            second[(width, head[:-1], _digits(digits))].add(head[-1])
+    for (_, head, cls), firsts in second.items():
+        parts.append((int(head + min(firsts) + cls.strip("[")[0]), head + _digits(firsts) + cls))
+    return _alternation([pattern for _, pattern in sorted(parts)])
+
+
+def _digits(digits: set[str]) -> str:
+    """A digit, or a class of digits written with ranges: ``[0-35]``."""
+    if len(digits) == 1:
+        return next(iter(digits))
+    values = sorted(int(d) for d in digits)
+    runs: list[list[int]] = []
+    for v in values:
+        if runs and runs[-1][-1] == v - 1:
+            runs[-1].append(v)
+        else:
+            runs.append([v])
+    body = "".join(f"{r[0]}-{r[-1]}" if len(r) > 2 else "".join(map(str, r)) for r in runs)
+    return f"[{body}]"
+
+
+def check_pattern(pattern: str, offload: list[Offload] | tuple[Offload, ...], names: list[str]) -> None:
+    """Raise ValueError unless ``pattern`` selects exactly the offloaded tensors among ``names``."""
+    wanted = {unit.name for unit in offload}
+    missing = sorted(wanted - set(names))
+    if missing:
+        raise ValueError(f"the model has no tensor {missing[0]}")
+    regex = re.compile(pattern)
+    extra = sorted(n for n in names if regex.search(n) and n not in wanted)
+    lost = sorted(n for n in wanted if not regex.search(n))
+    if extra or lost:
+        raise ValueError(f"-ot pattern {pattern} selects {extra[:3]} and misses {lost[:3]}")
