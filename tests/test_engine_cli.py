@@ -9,6 +9,7 @@ from clirun import invoke
 from rigfiles import tiny_rig
 
 from solver.config import shown_path
+from solver.problem import DEFAULT_EXPERT_TENSORS as TENSORS
 
 LLAMA_MIX = "rigs/llama-mix.yaml"
 
@@ -115,3 +116,33 @@ def test_resident_engine_refuses_ranges_whose_experts_do_not_fit(tmp_path):
     assert invoke(rig).exit_code == 0  # strata caches what fits
     code, d = _json(rig, "--engine", "vllm")
     assert code == 3 and d["status"] == "infeasible" and d["reason"]
+
+
+def test_llama_mix_export_replays_to_the_plan():
+    """The printed flags, read by llama.cpp's own rules (tests/engine_mapping.py), put every layer on its
+    stage's GPU and exactly the plan's offloaded expert tensors on the CPU."""
+    from engine_mapping import (
+        llama_overrides,
+        llama_slot_devices,
+        llama_tensor_buft,
+        llama_tensor_split,
+        parse_lines,
+    )
+
+    code, d = _json(LLAMA_MIX, "--export", "llama.cpp")
+    assert code == 0
+    env, flags = parse_lines(d["export"]["lines"])
+    n = d["stages"][-1]["end"]
+    devices = llama_slot_devices(
+        llama_tensor_split(flags["--tensor-split"]), n, int(flags["-ngl"]), len(d["stages"])
+    )
+    for i, s in enumerate(d["stages"]):
+        assert devices[s["start"] : s["end"]] == [i] * (s["end"] - s["start"])
+    assert devices[n] == len(d["stages"]) - 1  # the output layer
+    rules = llama_overrides(flags["--override-tensor"], {"CPU"})
+    names = [f"blk.{layer}.{t}.weight" for layer in range(n) for t in ("attn_q", "ffn_gate_inp", *TENSORS)]
+    on_cpu = {name for name in names if llama_tensor_buft(name, rules) == "CPU"}
+    offload = {
+        f"blk.{o['layer']}.{t}.weight" for s in d["stages"] for o in s["offload"] for t in o["tensors"]
+    }
+    assert offload and on_cpu == offload
