@@ -132,6 +132,7 @@ def test_llama_mix_export_replays_to_the_plan():
     code, d = _json(LLAMA_MIX, "--export", "llama.cpp")
     assert code == 0
     env, flags = parse_lines(d["export"]["lines"])
+    assert "CUDA_VISIBLE_DEVICES" not in env  # the rig's own order
     n = d["stages"][-1]["end"]
     devices = llama_slot_devices(
         llama_tensor_split(flags["--tensor-split"]), n, int(flags["-ngl"]), len(d["stages"])
