@@ -18,6 +18,7 @@ from solver.atomicfile import atomic_open, refuse_inputs
 from solver.config import shown_path
 from solver.errors import InputError
 from solver.export import ENGINES, engine_flags
+from solver.plausible import doubts
 from solver.problem import Overrides, load_problem
 from solver.profile_cli import profile_group
 from solver.solvers import Limits
@@ -147,6 +148,7 @@ def plan_cmd(
                 refuse_inputs(path, shown_path(path), [Path(f) for f in problem.files.values()])
         if out and plot:
             refuse_inputs(plot, shown_path(plot), [out], "the --out file")
+        warnings = doubts(problem)
     except InputError as exc:
         click.echo(str(exc), err=True)
         sys.exit(EXIT_INPUT)
@@ -175,6 +177,8 @@ def plan_cmd(
     except InputError as exc:
         click.echo(str(exc), err=True)
         sys.exit(EXIT_INPUT)
+    for warning in warnings:  # after the files are written: a failed write stays one line
+        click.echo(str(warning), err=True)
     if as_json:
         click.echo(json.dumps(report, indent=2))
     else:
