@@ -517,9 +517,9 @@ def report(
     sweep_title: str,
 ) -> None:
     """The human output: the rigs' table, process times, the sweep's table and the import line."""
-    from rich.console import Console
+    from solver.console import console as make_console
 
-    console = Console(highlight=False)
+    console = make_console()
     render("rigs", rows, imports.median, console)
     for r in rows:
         if "solve process" in r.pieces:

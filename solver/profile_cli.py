@@ -48,9 +48,9 @@ def _note(text: str) -> None:
 
 
 def _console() -> Any:
-    from rich.console import Console
+    from solver.console import console
 
-    return Console(highlight=False)
+    return console()
 
 
 @click.group("profile")
