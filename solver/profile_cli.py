@@ -128,8 +128,8 @@ def _curve_table(count: np.ndarray, seed_points: bool = False) -> Any:
     t.add_column("share of routing", justify="right")
     points = [(f, "") for f in TOP_FRACTIONS]
     if seed_points:
-        points += [(f, f"{SEED_LABEL}: {m}") for f, m in SEED_POINTS]
-        t.add_column("", justify="left")
+        points += list(SEED_POINTS)
+        t.add_column(SEED_LABEL, justify="right")
     shares = top_shares(count, tuple(f for f, _ in points))
     for (f, note), share in zip(points, shares):
         row = [f"{f:.1%}", f"{round(f * len(count)):,}", f"{share:.1%}"]

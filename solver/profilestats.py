@@ -17,7 +17,7 @@ SEED_POINTS = ((0.236, "69.2%"), (0.59, "89.8-92.2%"))
 #: The shape (layers, experts per layer) of those measurements: only a profile of this shape is compared.
 SEED_SHAPE = (48, 512)
 #: How the comparison is labelled wherever it is shown.
-SEED_LABEL = "measured, Qwen3-Next 48 x 512 on the 3060/5060 Ti box"
+SEED_LABEL = "measured, Qwen3-Next on the 3060/5060 Ti box"
 
 
 def is_seed_shape(layers: int, experts: list[int]) -> bool:

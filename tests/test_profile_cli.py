@@ -86,12 +86,9 @@ def test_synth_of_the_box_model_compares_with_the_box_measurements(tmp_path):
     assert res.exit_code == 0, res.output
     p = synth_profile([512] * 48, SynthParams(tokens=500))
     for f, share in zip((0.236, 0.59), counts_curve(p.count, [0.236, 0.59])):
-        assert re.search(rf"{f:.1%}\s.*\s{share:.1%}\s.*measured, Qwen3-Next 48 x 512", res.output), f
-    assert "on the 3060/5060 Ti box: 69.2%" in res.output
-    assert (
-        "(measured, Qwen3-Next 48 x 512 on the 3060/5060 Ti box: 69.2% and"
-        in (tmp_path / "p.txt").read_text()
-    )
+        assert re.search(rf"{f:.1%}\s.*\s{share:.1%}\s.*\s(69.2|89.8-92.2)%", res.output), f
+    assert "measured, Qwen3-Next on the 3060/5060 Ti box" in res.output
+    assert "(measured, Qwen3-Next on the 3060/5060 Ti box: 69.2% and" in (tmp_path / "p.txt").read_text()
 
 
 @pytest.mark.parametrize(
