@@ -38,7 +38,8 @@ class _DefaultToPlan(click.Group):
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         known = (*self.commands, *self.LAZY, "--help", "-h", "--version")
         if args and args[0] not in known:
-            args = ["plan", *args]
+            # solve RIG --help: the plan's help is the group's own (format_help below)
+            args = ["--help"] if {"--help", "-h"} & set(args) else ["plan", *args]
         return super().parse_args(ctx, args)
 
     #: (command, what it does) for ``solve --help``.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from solver.cli import cli
@@ -24,8 +25,9 @@ def test_columns_still_sets_the_width():
     assert max(len(line) for line in res.stdout.splitlines()) <= 60
 
 
-def test_help_shows_the_plan_usage_options_and_examples():
-    res = CliRunner().invoke(cli, ["--help"])
+@pytest.mark.parametrize("args", [["--help"], ["-h"], [BOX, "--help"], ["rigs/mine.yaml", "--json", "-h"]])
+def test_help_shows_the_plan_usage_options_and_examples(args):
+    res = CliRunner().invoke(cli, args)
     assert res.exit_code == 0
     text = res.stdout
     assert "RIG [OPTIONS]" in text.splitlines()[0]
