@@ -26,7 +26,9 @@ if TYPE_CHECKING:  # the plan command imports this module: keep its start-up lig
     from rich.console import Console
 
 IMPORT_CODE = "import solver.cli, ortools.sat.python.cp_model"
-SHIPPED_RIGS = Path(__file__).resolve().parent.parent / "rigs"
+#: Where bench looks for rigs when none is given: ``rigs/`` in the working directory (a clone of
+#: moesplit, where an installed ``solve`` runs from), then the checkout this module was imported from.
+RIG_DIRS = (Path("rigs"), Path(__file__).resolve().parent.parent / "rigs")
 #: Placements above which the exhaustive oracle is skipped (the planner's own --check limit).
 DEFAULT_EXHAUSTIVE_LIMIT = 200_000
 
@@ -177,6 +179,15 @@ def measure(problem: Any, settings: Settings, reload: Callable[[], Any] | None =
     )
 
 
+def _fresh_env() -> dict[str, str]:
+    """The environment of a fresh interpreter that imports this very ``solver``, wherever it runs from."""
+    import os
+
+    home = str(Path(__file__).resolve().parent.parent)
+    path = os.environ.get("PYTHONPATH")
+    return {**os.environ, "PYTHONPATH": home if not path else f"{home}{os.pathsep}{path}"}
+
+
 def import_time(repeat: int) -> Timing:
     """Wall time of a fresh interpreter importing the CLI and CP-SAT (what every ``solve`` pays).
 
@@ -184,8 +195,8 @@ def import_time(repeat: int) -> Timing:
     """
     import subprocess
 
-    cmd = [sys.executable, "-c", IMPORT_CODE]
-    timing, _ = repeat_timed(lambda: subprocess.run(cmd, check=True), repeat, float("inf"))
+    cmd, env = [sys.executable, "-c", IMPORT_CODE], _fresh_env()
+    timing, _ = repeat_timed(lambda: subprocess.run(cmd, check=True, env=env), repeat, float("inf"))
     return timing
 
 
@@ -194,9 +205,10 @@ def process_time(rig: Path, settings: Settings) -> Timing:
     import subprocess
 
     cmd = [sys.executable, "-m", "solver.cli", str(rig), "--json", "--workers", str(settings.workers)]
+    env = _fresh_env()
 
     def run() -> None:
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env=env)
 
     timing, _ = repeat_timed(run, settings.repeat, settings.budget_s)
     return timing
@@ -352,8 +364,27 @@ def _int_list(ctx: click.Context, param: click.Parameter, value: str) -> list[in
     return out
 
 
+def default_rigs() -> list[Path]:
+    """The ``*.yaml`` of the first of RIG_DIRS that has any; a UsageError saying where it looked if none."""
+    for folder in RIG_DIRS:
+        found = sorted(folder.glob("*.yaml"))
+        if found:
+            return found
+    looked = " or ".join(str(d.resolve()) for d in RIG_DIRS)
+    raise click.UsageError(
+        f"no rigs given and no rigs/*.yaml under {looked}; give rig files: solve bench RIG..."
+    )
+
+
 @click.command("bench")
-@click.option("--rig", "rigs", multiple=True, type=click.Path(path_type=Path), help="Rig file (repeatable).")
+@click.argument("rig_args", metavar="[RIG]...", nargs=-1, type=click.Path(path_type=Path))
+@click.option(
+    "--rig",
+    "rigs",
+    multiple=True,
+    type=click.Path(path_type=Path),
+    help="Rig file (repeatable; rig files may also follow as arguments: --rig rigs/*.yaml).",
+)
 @click.option("--repeat", type=click.IntRange(min=1), default=5, show_default=True, help="Runs per piece.")
 @click.option(
     "--budget",
@@ -388,6 +419,7 @@ def _int_list(ctx: click.Context, param: click.Parameter, value: str) -> list[in
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
 def bench(
+    rig_args: tuple[Path, ...],
     rigs: tuple[Path, ...],
     repeat: int,
     budget: float,
@@ -401,16 +433,14 @@ def bench(
     workers: int | None,
     as_json: bool,
 ) -> None:
-    """Time table build, arcs, CP-SAT, DP, exhaustive and end to end on rigs (default: the shipped ones)."""
+    """Time table build, arcs, CP-SAT, DP, exhaustive and end to end on rigs (default: rigs/*.yaml here)."""
     from rich.console import Console
 
     from solver.cli import EXIT_INPUT, default_workers
     from solver.errors import InputError
     from solver.problem import load_problem
 
-    paths = list(rigs) or sorted(SHIPPED_RIGS.glob("*.yaml"))
-    if not paths:
-        raise click.UsageError(f"no shipped rigs under {SHIPPED_RIGS}; give --rig FILE")
+    paths = list(dict.fromkeys([*rigs, *rig_args])) or default_rigs()
     try:
         problems = [load_problem(path) for path in paths]
     except InputError as exc:
@@ -487,9 +517,9 @@ def report(
     sweep_title: str,
 ) -> None:
     """The human output: the rigs' table, process times, the sweep's table and the import line."""
-    from rich.console import Console
+    from solver.console import console as make_console
 
-    console = Console(highlight=False)
+    console = make_console()
     render("rigs", rows, imports.median, console)
     for r in rows:
         if "solve process" in r.pieces:

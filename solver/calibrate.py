@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from solver.config import load_model, shown_path
+from solver.console import console as make_console
 from solver.errors import InputError, read_input
 
 #: b is searched over [B_MIN, B_MAX] on a log grid, then refined by bisection on the slope.
@@ -306,7 +307,7 @@ def run(point_texts: tuple[str, ...], logs: tuple[Path, ...], model: Path | None
         raise InputError("solve calibrate", "no points: give --point HELD/TOTAL=HIT% or --log FILE")
     fit = fit_cover(points)
     for line in notes:
-        Console(stderr=True, highlight=False).print(f"note: {line}", markup=False)
+        make_console(stderr=True).print(f"note: {line}", markup=False)
     print_fit(fit, console)
     if model is not None:
         note = f"fitted by solve calibrate to {len(points)} point(s), RMS {fit.rms_pp:.2f} pp"

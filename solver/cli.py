@@ -16,10 +16,12 @@ from rich.console import Console
 
 from solver.atomicfile import atomic_open, refuse_inputs
 from solver.config import shown_path
+from solver.console import console as make_console
 from solver.engines import ENGINES
 from solver.errors import InputError
 from solver.export import Offload, check_export_engine, export_lines
 from solver.model_cli import model_group, rig_group
+from solver.plausible import doubts
 from solver.problem import Overrides, load_problem
 from solver.profile_cli import profile_group
 from solver.solvers import Limits
@@ -41,8 +43,44 @@ class _DefaultToPlan(click.Group):
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         known = (*self.commands, *self.LAZY, "--help", "-h", "--version")
         if args and args[0] not in known:
-            args = ["plan", *args]
+            # solve RIG --help: the plan's help is the group's own (format_help below)
+            args = ["--help"] if {"--help", "-h"} & set(args) else ["plan", *args]
         return super().parse_args(ctx, args)
+
+    #: (command, what it does) for ``solve --help``.
+    EXAMPLES: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("solve rigs/box.yaml", "plan the shipped four-GPU box; tables on stdout"),
+        ("solve rigs/box.yaml --order auto --check", "also choose the GPU order; verify with an oracle"),
+        ("solve rigs/duo.yaml --json --out plan.json", "the plan as one JSON object, also saved to a file"),
+        ("solve rigs/box.yaml --context 65536 --export strata", "plan a 64K context; print the engine flags"),
+        ("solve rigs/box.yaml --plot plan.svg", "draw VRAM and compute per GPU (.png, .svg or .pdf)"),
+        ("solve probe -o rigs/mine.yaml", "write a rig from this machine's GPUs, to edit and plan"),
+    )
+
+    def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """``solve --help``: the plan's usage, options and examples, then the other commands."""
+        plan = self.commands["plan"]
+        formatter.write_usage(ctx.command_path, "RIG [OPTIONS]")
+        formatter.write_usage(ctx.command_path, "COMMAND [ARGS]...", prefix="   or: ")
+        self.format_help_text(ctx, formatter)
+        plan_ctx = click.Context(plan, info_name=ctx.info_name)
+        own_help = plan.get_help_option(plan_ctx)
+        records = [
+            p.get_help_record(plan_ctx)
+            for p in plan.get_params(plan_ctx)
+            if isinstance(p, click.Option) and p is not own_help
+        ]
+        records += [p.get_help_record(ctx) for p in self.get_params(ctx)]
+        with formatter.section("Options"):
+            formatter.write_dl([r for r in records if r])
+        with formatter.section("Examples"):
+            for command, what in self.EXAMPLES:
+                formatter.write(f"{'':>{formatter.current_indent}}{command}\n")
+                with formatter.indentation():
+                    formatter.write_text(what)
+        self.format_commands(ctx, formatter)
+        formatter.write_paragraph()
+        formatter.write_text("Run 'solve COMMAND --help' for a command's options.")
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *self.LAZY})
@@ -57,7 +95,14 @@ class _DefaultToPlan(click.Group):
 @click.group(cls=_DefaultToPlan, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="moesplit")
 def cli() -> None:
-    """Plan the layer split of an MoE model over mismatched GPUs: solve RIG [options]."""
+    """Plan the layer split of an MoE model over mismatched GPUs.
+
+    RIG is a YAML file listing the GPUs in pipeline order (free VRAM, speed) and naming the model and
+    its routing profile. The plan chooses the cut points (and, with --order auto, the GPU order) that
+    minimise the predicted decode window under every card's memory, proves it optimal with CP-SAT, and
+    shows it beside the proportional split engines use. File formats and the arithmetic:
+    docs/reference.md.
+    """
 
 
 cli.add_command(profile_group)
@@ -82,7 +127,7 @@ def _progress(enabled: bool) -> tuple[Callable[[str, float, float], None] | None
     return report, status
 
 
-@cli.command("plan")
+@cli.command("plan", hidden=True)
 @click.argument("rig", type=click.Path(path_type=Path))
 @click.option("--model", type=click.Path(path_type=Path), help="Model file, instead of the rig's.")
 @click.option("--profile", type=click.Path(path_type=Path), help="Routing profile, instead of the model's.")
@@ -122,7 +167,8 @@ def _progress(enabled: bool) -> tuple[Callable[[str, float, float], None] | None
 @click.option(
     "--plot",
     type=click.Path(path_type=Path, dir_okay=False),
-    help="Draw VRAM per GPU and the mass curve to this PNG (needs moesplit[plot]).",
+    help="Draw VRAM and compute per GPU and the mass curve to FILE: .png, .svg or .pdf "
+    "(needs moesplit[plot]).",
 )
 @click.option(
     "--workers",
@@ -153,9 +199,9 @@ def plan_cmd(
 
     try:
         if plot:
-            from solver.plotting import require_matplotlib
+            from solver.plotting import check_plot_file
 
-            require_matplotlib(str(plot))
+            check_plot_file(plot, shown_path(plot))
         problem = load_problem(rig, Overrides(model, profile, objective, order, context, engine))
         refused = check_export_engine(export, problem.engine) if export else None
         if refused:
@@ -165,6 +211,7 @@ def plan_cmd(
                 refuse_inputs(path, shown_path(path), [Path(f) for f in problem.files.values()])
         if out and plot:
             refuse_inputs(plot, shown_path(plot), [out], "the --out file")
+        warnings = doubts(problem)
     except InputError as exc:
         click.echo(str(exc), err=True)
         sys.exit(EXIT_INPUT)
@@ -189,10 +236,12 @@ def plan_cmd(
     except InputError as exc:
         click.echo(str(exc), err=True)
         sys.exit(EXIT_INPUT)
+    for warning in warnings:  # after the files are written: a failed write stays one line
+        click.echo(str(warning), err=True)
     if as_json:
         click.echo(json.dumps(report, indent=2))
     else:
-        console = Console(highlight=False)
+        console = make_console()
         print_report(result, console)
         if flags:
             console.print(f"\n[bold]{export}[/bold] flags:")
@@ -255,7 +304,7 @@ def calibrate_cmd(points: tuple[str, ...], logs: tuple[Path, ...], model: Path |
     from solver.calibrate import run
 
     try:
-        run(points, logs, model, Console(highlight=False))
+        run(points, logs, model, make_console())
     except InputError as exc:
         click.echo(str(exc), err=True)
         sys.exit(EXIT_INPUT)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import difflib
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar, get_args, get_origin
 
 from pydantic import (
     BaseModel,
@@ -16,9 +17,9 @@ from pydantic import (
     ValidationError,
 )
 
-from solver.errors import brief
+from solver.errors import InputError, brief
 from solver.units import parse_rate, parse_size
-from solver.yamlfile import YamlDoc, load_yaml
+from solver.yamlfile import YamlDoc, key_name, load_yaml
 
 Size = Annotated[int, BeforeValidator(parse_size)]
 Rate = Annotated[int, BeforeValidator(parse_rate)]
@@ -140,10 +141,7 @@ class ModelConfig(_Strict):
     max_context: Count | None = None
 
 
-_MESSAGES = {
-    "missing": "missing (required)",
-    "extra_forbidden": "unknown key",
-}
+_MESSAGES = {"missing": "missing (required)"}
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -184,13 +182,56 @@ def _key_path(loc: tuple) -> tuple:
     )
 
 
+def _models_in(annotation: Any, tag: str | None) -> list[type[BaseModel]]:
+    """The schema classes an annotation can hold; in a tagged union, only the member tagged ``tag``."""
+    if get_origin(annotation) is Annotated:
+        inner, *meta = get_args(annotation)
+        tags = [m.tag for m in meta if isinstance(m, Tag)]
+        return [] if tag is not None and tags and tag not in tags else _models_in(inner, tag)
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in get_args(annotation) for m in _models_in(arg, tag)]
+
+
+def _keys_at(schema: type[BaseModel], loc: tuple) -> list[str]:
+    """The keys the schema allows in the mapping at ``loc`` (pydantic's location, union tags included)."""
+    models: list[type[BaseModel]] = [schema]
+    for i, part in enumerate(loc):
+        if not isinstance(part, str) or part in _TAGS:
+            continue  # a list index, or a union tag (used by the step before it)
+        tag = loc[i + 1] if i + 1 < len(loc) and loc[i + 1] in _TAGS else None
+        models = [
+            m2
+            for m in models
+            if part in m.model_fields
+            for m2 in _models_in(m.model_fields[part].annotation, tag)
+        ]
+    return list(dict.fromkeys(k for m in models for k in m.model_fields))
+
+
+def _unknown_key(schema: type[BaseModel], loc: tuple) -> str:
+    """``unknown key 'fre' (did you mean 'free'?)``, or the keys allowed there when none is close."""
+    key, known = loc[-1], _keys_at(schema, loc[:-1])
+    close = difflib.get_close_matches(str(key), known, n=1) if isinstance(key, str) else []
+    hint = f"did you mean {close[0]!r}?" if close else f"expected one of: {', '.join(known)}"
+    return f"unknown key {brief(key)} ({hint})"
+
+
 def validate(doc: YamlDoc, schema: type[M]) -> M:
-    """Validate a YAML document against ``schema``; the first error becomes an InputError."""
+    """Validate a YAML document against ``schema``; the first error becomes an InputError.
+
+    Unknown keys come first: a typo in a required key (``fre:``) is the unknown key, not a missing one.
+    """
     try:
         return schema.model_validate(doc.data)
     except ValidationError as exc:
-        err = exc.errors()[0]
+        errors = exc.errors()
+        err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
         loc = _key_path(err["loc"])
+        if err["type"] == "extra_forbidden":
+            raise InputError(
+                doc.file, _unknown_key(schema, err["loc"]), doc.line(loc), key_name(loc[:-1]) or None
+            ) from None
         raise doc.error(loc, _explain(err)) from None
 
 

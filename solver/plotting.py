@@ -1,10 +1,12 @@
-"""``--plot FILE.png``: the plan and the proportional baseline side by side, and the mass curve.
+"""``--plot FILE``: the plan and the proportional baseline side by side, and the mass curve.
 
 Per GPU a stacked bar splits the card's free VRAM into reserve, layers (dense weights, session state
 and KV cache of the stage's layers), stage buffers, expert cache held and room left unused, so a
-card with stranded VRAM stands out. The mass curve is the cumulative mass of the ranked pairs,
-hottest first; each plan's point (pairs held, mass held) sits on or below it, because each stage
-caches only its own layers' pairs. matplotlib (``moesplit[plot]``) is imported here, lazily.
+card with stranded VRAM stands out; beside it a thin bar on the right-hand axis shows the stage's
+compute time per window, so a card that is full but slow (or fast but idle) shows too. The mass curve
+is the cumulative mass of the ranked pairs, hottest first; each plan's point (pairs held, mass held)
+sits on or below it, because each stage caches only its own layers' pairs. The file's extension picks
+the format (PNG, SVG or PDF). matplotlib (``moesplit[plot]``) is imported here, lazily.
 """
 
 from __future__ import annotations
@@ -22,25 +24,37 @@ from solver.problem import Problem
 
 #: Binary units for the VRAM axis, largest first; the plot uses the largest that fits the biggest card.
 UNITS = (("GiB", 2.0**30), ("MiB", 2.0**20), ("KiB", 2.0**10), ("B", 1.0))
-#: (label, colour) of the bar segments, bottom to top.
+#: (label, colour, hatch) of the bar segments, bottom to top: the Okabe-Ito colour-blind-safe palette,
+#: so that reserve (dark grey, hatched) and buffers (pink) never read as one block.
 SEGMENTS = (
-    ("reserve", "#9e9e9e"),
-    ("layers: dense + state + KV", "#5c6bc0"),
-    ("stage buffers", "#90a4ae"),
-    ("expert cache held", "#43a047"),
-    ("room left unused", "#ffca28"),
+    ("reserve", "#555555", "xx"),
+    ("layers: dense + state + KV", "#0072B2", ""),
+    ("stage buffers", "#CC79A7", ""),
+    ("expert cache held", "#009E73", ""),
+    ("room left unused", "#F0E442", ""),
 )
-PLAN_COLOUR, BASE_COLOUR, OVER_COLOUR = "#1e88e5", "#e53935", "#c62828"
+COMPUTE_COLOUR = "#E69F00"
+PLAN_COLOUR, BASE_COLOUR, OVER_COLOUR = "#1e88e5", "#e53935", "#D55E00"
+#: File extensions --plot accepts, and the matplotlib format each writes.
+FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf"}
+#: Bar geometry per stage: the VRAM bar left of the tick, the compute bar right of it.
+MEM_X, MEM_W, CPU_X, CPU_W = -0.14, 0.56, 0.29, 0.2
 
 
-def require_matplotlib(shown: str) -> None:
-    """Fail early, before planning, when the optional extra is missing (an InputError naming the PNG)."""
+def check_plot_file(path: Path, shown: str) -> str:
+    """The format of ``path`` by its extension (refused unless .png, .svg or .pdf), checked before
+    planning, as is matplotlib (the optional extra): an InputError naming the file otherwise."""
+    fmt = FORMATS.get(path.suffix.lower())
+    if fmt is None:
+        got = f"'{path.suffix}'" if path.suffix else "no extension"
+        raise InputError(shown, f"--plot writes .png, .svg or .pdf (chosen by the extension), got {got}")
     try:
         import matplotlib  # noqa: F401
     except ImportError:
         raise InputError(
             shown, "--plot needs matplotlib, which is not installed: pip install 'moesplit[plot]'"
         ) from None
+    return fmt
 
 
 def stage_bytes(p: Problem, plan: Placement) -> np.ndarray:
@@ -64,29 +78,49 @@ def vram_unit(p: Problem) -> tuple[str, float]:
     return next(((name, size) for name, size in UNITS if biggest >= size), UNITS[-1])
 
 
-def _bars(ax: Any, p: Problem, plan: Placement | None, title: str) -> None:
+def _bars(ax: Any, p: Problem, plan: Placement | None, title: str) -> Any:
+    """The VRAM bars on ``ax`` and the compute bars on a twin right-hand axis, which it returns."""
     ax.set_title(title, fontsize=10, loc="left")
     if plan is None:
         ax.text(0.5, 0.5, "no placement", ha="center", va="center", transform=ax.transAxes)
         ax.set_xticks([])
         ax.set_yticks([])
-        return
+        return None
     unit, size = vram_unit(p)
     parts = stage_bytes(p, plan) / size
     x = np.arange(len(plan.stages))
+    mem = x + MEM_X
     bottom = np.zeros(len(x))
-    for (label, colour), col in zip(SEGMENTS, parts.T):
-        ax.bar(x, col, 0.7, bottom=bottom, color=colour, label=label, edgecolor="white", linewidth=0.5)
+    for (label, colour, hatch), col in zip(SEGMENTS, parts.T):
+        ax.bar(
+            mem,
+            col,
+            MEM_W,
+            bottom=bottom,
+            color=colour,
+            label=label,
+            hatch=hatch,
+            edgecolor="white",
+            linewidth=0.5,
+        )
         bottom += col
     for i, s in enumerate(plan.stages):
         free = p.free[s.gpu] / size
+        half = MEM_W / 2 + 0.03
         ax.hlines(
-            free, i - 0.42, i + 0.42, color="black", linewidth=1.5, label="free VRAM" if i == 0 else None
+            free,
+            mem[i] - half,
+            mem[i] + half,
+            color="black",
+            linewidth=1.5,
+            label="free VRAM" if i == 0 else None,
         )
         if s.room_bytes < 0:
-            ax.bar(i, bottom[i] - free, 0.7, bottom=free, fill=False, hatch="///", edgecolor=OVER_COLOUR)
+            ax.bar(
+                mem[i], bottom[i] - free, MEM_W, bottom=free, fill=False, hatch="///", edgecolor=OVER_COLOUR
+            )
             ax.text(
-                i,
+                mem[i],
                 bottom[i],
                 f"over by\n{-s.room_bytes / size:.2f} {unit}",
                 ha="center",
@@ -96,15 +130,24 @@ def _bars(ax: Any, p: Problem, plan: Placement | None, title: str) -> None:
                 fontweight="bold",
             )
         else:
-            ax.text(i, free, f"{s.held_mass:.1%}\nof mass", ha="center", va="bottom", fontsize=8)
+            ax.text(mem[i], free, f"{s.held_mass:.1%}\nof mass", ha="center", va="bottom", fontsize=8)
     many = len(x) > 6
     labels = [f"GPU {s.gpu}: {s.name}\nlayers {s.start}-{s.end - 1}" for s in plan.stages]
     ax.set_xticks(
         x, labels, fontsize=7 if many else 8, rotation=45 if many else 0, ha="right" if many else "center"
     )
+    ax.set_xlim(-0.6, len(x) - 0.4)
     ax.set_ylabel(f"VRAM ({unit})")
     ax.grid(axis="y", alpha=0.3)
     ax.set_axisbelow(True)
+    twin = ax.twinx()
+    compute = [s.compute_ms for s in plan.stages]
+    twin.bar(x + CPU_X, compute, CPU_W, color=COMPUTE_COLOUR, label="compute per window (ms, right axis)")
+    for i, ms in enumerate(compute):
+        twin.text(x[i] + CPU_X, ms, f"{ms:.1f}", ha="center", va="bottom", fontsize=7, color="#8a5a00")
+    twin.set_ylabel("compute per window (ms)", color="#8a5a00")
+    twin.tick_params(axis="y", colors="#8a5a00")
+    return twin
 
 
 def _curve(ax: Any, p: Problem, marks: list[tuple[str, Placement, str]]) -> None:
@@ -145,7 +188,7 @@ def _summary(plan: Placement | None, fits: bool = True) -> str:
 
 
 def plot_result(r: Result, path: Path, shown: str) -> None:
-    """Draw ``r`` and write the PNG atomically to ``path``."""
+    """Draw ``r`` and write it atomically to ``path``, in the format its extension names."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -159,16 +202,27 @@ def plot_result(r: Result, path: Path, shown: str) -> None:
     else:  # many GPUs: plan over baseline, curve beside them
         mosaic, ratios, size = [["plan", "curve"], ["base", "curve"]], [bar_w, 7.0], (bar_w + 7.0, 10.5)
     fig, axes = plt.subplot_mosaic(mosaic, figsize=size, width_ratios=ratios, layout="constrained")
-    _bars(axes["plan"], p, plan, f"plan ({r.solution.name}, {r.status})\n{_summary(plan)}")
-    _bars(axes["base"], p, base, f"proportional baseline\n{_summary(base, r.baseline.feasible)}")
+    twins = [
+        _bars(axes["plan"], p, plan, f"plan ({r.solution.name}, {r.status})\n{_summary(plan)}"),
+        _bars(axes["base"], p, base, f"proportional baseline\n{_summary(base, r.baseline.feasible)}"),
+    ]
     top = max(axes["plan"].get_ylim()[1], axes["base"].get_ylim()[1]) * 1.08
     for name in ("plan", "base"):
         axes[name].set_ylim(0, top)
+    shown_twins = [t for t in twins if t is not None]
+    ms_top = max((t.get_ylim()[1] for t in shown_twins), default=1.0) * 1.12
+    for t in shown_twins:  # one ms scale for both panels, so their compute bars compare
+        t.set_ylim(0, ms_top)
     marks = [
         (m, pl, c) for m, pl, c in (("plan", plan, PLAN_COLOUR), ("proportional", base, BASE_COLOUR)) if pl
     ]
     _curve(axes["curve"], p, marks)
-    handles, labels = axes["plan" if plan else "base"].get_legend_handles_labels()
+    main = "plan" if plan else "base"
+    handles, labels = axes[main].get_legend_handles_labels()
+    twin = twins[0] if plan else twins[1]
+    if twin is not None:
+        more_handles, more_labels = twin.get_legend_handles_labels()
+        handles, labels = handles + more_handles, labels + more_labels
     fig.legend(handles, labels, loc="outside lower center", ncol=len(labels), fontsize=8, frameon=False)
     windows = f"plan {plan.window_ms:.2f} ms" if plan else "no feasible plan"
     if base is not None:
@@ -180,9 +234,11 @@ def plot_result(r: Result, path: Path, shown: str) -> None:
         f"predicted window {windows}",
         fontsize=11,
     )
+    fmt = check_plot_file(path, shown)
+    metadata = {"png": {}, "svg": {"Date": None}, "pdf": {"CreationDate": None}}[fmt]  # same plan, same file
     try:
         with atomic_open(path, shown, binary=True) as f:
-            fig.savefig(f, format="png", dpi=110)
+            fig.savefig(f, format=fmt, dpi=110, metadata=metadata)
     except ValueError as exc:
         raise InputError(shown, f"cannot draw the plot: {exc}") from None
     finally:

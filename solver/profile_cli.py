@@ -21,7 +21,15 @@ from solver.atomicfile import refuse_inputs, write_atomic
 from solver.config import load_model, shown_path
 from solver.errors import InputError
 from solver.profile import Profile, check_against, read_profile, strp_bytes, write_text
-from solver.profilestats import SEED_POINTS, TOP_FRACTIONS, layer_ranges, layer_skew, top_shares
+from solver.profilestats import (
+    SEED_LABEL,
+    SEED_POINTS,
+    TOP_FRACTIONS,
+    is_seed_shape,
+    layer_ranges,
+    layer_skew,
+    top_shares,
+)
 from solver.synth import SynthParams, synth_profile
 
 EXIT_INPUT = 2
@@ -48,9 +56,9 @@ def _note(text: str) -> None:
 
 
 def _console() -> Any:
-    from rich.console import Console
+    from solver.console import console
 
-    return Console(highlight=False)
+    return console()
 
 
 @click.group("profile")
@@ -120,8 +128,8 @@ def _curve_table(count: np.ndarray, seed_points: bool = False) -> Any:
     t.add_column("share of routing", justify="right")
     points = [(f, "") for f in TOP_FRACTIONS]
     if seed_points:
-        points += [(f, f"seed rig measured {m}") for f, m in SEED_POINTS]
-        t.add_column("", justify="left")
+        points += list(SEED_POINTS)
+        t.add_column(SEED_LABEL, justify="right")
     shares = top_shares(count, tuple(f for f, _ in points))
     for (f, note), share in zip(points, shares):
         row = [f"{f:.1%}", f"{round(f * len(count)):,}", f"{share:.1%}"]
@@ -235,18 +243,25 @@ def synth_cmd(
         f"SYNTHETIC profile: {layers} layers, {len(profile):,} pairs, "
         f"{int(profile.count.sum()):,} routing events ({tokens:,} tokens x top-{top_k} per layer)"
     )
-    console.print(_curve_table(profile.count, seed_points=True))
+    # the box's measured hit rates only mean something for a profile of the model they were measured on
+    comparable = is_seed_shape(layers, experts)
+    console.print(_curve_table(profile.count, seed_points=comparable))
     if out is None:
         return
     a, b, c = top_shares(profile.count)
-    (f1, m1), (f2, m2) = SEED_POINTS
-    s1, s2 = top_shares(profile.count, (f1, f2))
+    compared = ""
+    if comparable:
+        (f1, m1), (f2, m2) = SEED_POINTS
+        s1, s2 = top_shares(profile.count, (f1, f2))
+        compared = (
+            f"; the top {f1:.1%} hold {s1:.1%} and the top {f2:.1%} hold {s2:.1%} "
+            f"({SEED_LABEL}: {m1} and {m2})"
+        )
     header = (
         "SYNTHETIC routing profile: NOT measured routing.\n"
         f"Made by: {command}\n"
         f"{layers} layers, {len(profile):,} pairs. The top 10/25/50% of pairs hold {a:.1%}/{b:.1%}/{c:.1%} "
-        f"of the counts; the top {f1:.1%} hold {s1:.1%} (the seed rig measured {m1}), the top {f2:.1%} "
-        f"hold {s2:.1%} (measured {m2}).\n"
+        f"of the counts{compared}.\n"
         "layer expert count, hottest first"
     )
     shape = (layers, max(experts))

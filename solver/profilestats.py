@@ -11,8 +11,18 @@ from solver.synth import counts_curve
 
 #: The top fractions of pairs ``solve profile show`` and ``synth`` report.
 TOP_FRACTIONS = (0.10, 0.25, 0.50)
-#: The seed rig's measured points: (fraction of pairs held, measured hit rate as text).
+#: Hit rates measured with Strata on the RTX 3060 / 3060 / 5060 Ti / 5060 Ti box running Qwen3-Next-80B-A3B
+#: (docs/reference.md, "Where the defaults come from"): (fraction of pairs held, measured hit rate as text).
 SEED_POINTS = ((0.236, "69.2%"), (0.59, "89.8-92.2%"))
+#: The shape (layers, experts per layer) of those measurements: only a profile of this shape is compared.
+SEED_SHAPE = (48, 512)
+#: How the comparison is labelled wherever it is shown.
+SEED_LABEL = "measured, Qwen3-Next on the 3060/5060 Ti box"
+
+
+def is_seed_shape(layers: int, experts: list[int]) -> bool:
+    """Whether a profile has the shape of the box's measured model, so its measured rates are comparable."""
+    return (layers, set(experts)) == (SEED_SHAPE[0], {SEED_SHAPE[1]})
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ Per layer, expert popularity is a Zipf law with an exponential cutoff,
 ``skew +- spread`` so some layers are much sharper than others, and the hot experts shuffled per
 layer. Each layer routes ``tokens * top_k`` picks (a seeded multinomial sample), which become the
 counts. Pure Zipf puts too much mass in the tail; the cutoff makes the counts curve match what the
-seed rig measured (69.2% of routing in the top 23.6% of pairs, 90-92% in the top 59%).
+3060/5060 Ti box measured (69.2% of routing in the top 23.6% of pairs, 90-92% in the top 59%).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from solver.profile import Profile
 
 @dataclass(frozen=True)
 class SynthParams:
-    """The generator's knobs; the defaults are the fit to the seed's measured hit rates."""
+    """The generator's knobs; the defaults are the fit to the hit rates measured on the 3060/5060 Ti box."""
 
     skew: float = 0.5
     spread: float = 0.4

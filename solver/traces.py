@@ -1,5 +1,5 @@
 """Routing dumps: records of little-endian int32 ``layer``, int32 ``k``, then k int32 expert ids and
-k float32 gate weights (shared/REFERENCE.md). Read into routing counts, and written (for tests).
+k float32 gate weights (Strata's trace format). Read into routing counts, and written (for tests).
 
 A count is a routing event: one (layer, expert) pick in one record. The gate weights are read and
 checked (finite) but not summed: the engine's cache hit rate counts lookups, not weighted lookups.

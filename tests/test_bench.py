@@ -117,3 +117,35 @@ def test_bench_bad_rig_is_one_line_and_exit_2(write):
 def test_bench_bad_grid_is_a_usage_error():
     res = run("--sweep", "--gpus", "four")
     assert res.exit_code == 2 and "comma-separated" in res.output
+
+
+def test_bench_finds_the_rigs_of_the_working_directory(write, tmp_path, monkeypatch):
+    """An installed ``solve bench`` run in a clone plans its rigs/*.yaml (not the site-packages folder)."""
+    tiny_rig(write)
+    write("rigs/here.yaml", RIG.replace("model: m.yaml", "model: ../m.yaml"))
+    monkeypatch.chdir(tmp_path)
+    res = run("--repeat", "1", "--budget", "0", "--json")
+    assert res.exit_code == 0, res.output
+    assert [r["rig"] for r in json.loads(res.stdout)["rigs"]] == ["here"]
+
+
+def test_bench_takes_several_rigs_after_one_option(write):
+    """``--rig rigs/*.yaml`` as the shell expands it: one --rig, then more paths; repeats are planned once."""
+    first = tiny_rig(write)
+    second = write("second.yaml", RIG)
+    res = run(
+        "--rig", str(first), str(second), "--rig", str(first), "--repeat", "1", "--budget", "0", "--json"
+    )
+    assert res.exit_code == 0, res.output
+    assert [r["rig"] for r in json.loads(res.stdout)["rigs"]] == ["tiny", "second"]
+
+
+def test_bench_without_rigs_says_where_it_looked(tmp_path, monkeypatch):
+    import solver.bench
+
+    monkeypatch.setattr(solver.bench, "RIG_DIRS", (tmp_path / "rigs", tmp_path / "elsewhere"))
+    res = run("--repeat", "1")
+    assert res.exit_code == 2
+    assert (
+        "no rigs given and no rigs/*.yaml under" in res.stderr and str(tmp_path / "elsewhere") in res.stderr
+    )

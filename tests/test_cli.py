@@ -130,7 +130,7 @@ def test_infeasible_exits_3_with_a_reason(tmp_path):
         ),
         (
             "gpus:\n  - free: 12 GiB\n    layer_ms: 1\n    colour: red\n",
-            "rig.yaml:4: gpus[0].colour: unknown key",
+            "rig.yaml:4: gpus[0]: unknown key 'colour' (expected one of: name, free, ",
         ),
         ("gpus:\n  - free: 12 GiB\n", "rig.yaml:2: gpus[0]: needs layer_ms, or both sms and clock_ghz"),
         ("gpus: [\n", "rig.yaml:2: YAML syntax error"),
@@ -161,7 +161,11 @@ def test_missing_rig_and_bad_options(tmp_path):
 def test_unknown_model_key_names_the_model_file(tmp_path):
     rig = tiny_rig(tmp_path, model_extra={"expert_byts": 5})
     code, _, err = run(str(rig))
-    assert code == 2 and "model.yaml:" in err and "expert_byts: unknown key" in err
+    assert (
+        code == 2
+        and "model.yaml:" in err
+        and "unknown key 'expert_byts' (did you mean 'expert_bytes'?)" in err
+    )
 
 
 def test_strata_export_matches_the_plan():

@@ -115,9 +115,9 @@ def test_out_refuses_a_profile_given_on_the_command_line(tmp_path):
 
 def test_out_and_plot_cannot_be_the_same_file(tmp_path):
     rig = tiny_rig(tmp_path)
-    res = run(rig, "--out", "x", "--plot", "x")
+    res = run(rig, "--out", "x.png", "--plot", "x.png")
     assert res.exit_code == 2 and "refusing to overwrite the --out file" in res.stderr
-    assert not (tmp_path / "x").exists()
+    assert not (tmp_path / "x.png").exists()
 
 
 def test_write_atomic_keeps_the_targets_mode_and_gives_new_files_the_umask(tmp_path):

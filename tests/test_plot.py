@@ -15,7 +15,7 @@ from rigfiles import tiny_rig
 
 from solver.cli import cli
 from solver.planner import plan_rig
-from solver.plotting import stage_bytes
+from solver.plotting import SEGMENTS, _bars, stage_bytes
 
 pytest.importorskip("matplotlib")
 
@@ -102,3 +102,51 @@ def test_mass_curve_points_lie_on_or_below_the_curve():
         for plan in (r.plan, r.baseline.plan):
             if plan is not None:
                 assert plan.held_mass <= best[plan.held_pairs] + 1e-12
+
+
+@pytest.mark.parametrize(
+    ("name", "magic"), [("plan.svg", b"<?xml"), ("plan.pdf", b"%PDF-"), ("Plan.PNG", b"\x89PNG")]
+)
+def test_the_extension_picks_the_format(tmp_path, name, magic):
+    res = run(tiny_rig(tmp_path), "--plot", name, "--json")
+    assert res.exit_code == 0, res.output
+    raw = (tmp_path / name).read_bytes()
+    assert raw.startswith(magic)
+    if name.endswith(".svg"):
+        assert b"<svg" in raw[:1000]
+
+
+@pytest.mark.parametrize(("name", "got"), [("plan.jpg", "'.jpg'"), ("plan", "no extension")])
+def test_other_extensions_are_refused_before_planning(tmp_path, name, got):
+    res = run(tiny_rig(tmp_path), "--plot", name)
+    assert res.exit_code == 2 and res.stdout == ""
+    assert res.stderr.strip().splitlines() == [
+        f"{name}: --plot writes .png, .svg or .pdf (chosen by the extension), got {got}"
+    ]
+    assert not (tmp_path / name).exists()
+
+
+def test_each_stage_shows_its_compute_time_beside_its_memory():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    p, plan = next((p, r.plan) for p in map(random_problem, range(20)) if (r := plan_rig(p)).plan)
+    fig, ax = plt.subplots()
+    twin = _bars(ax, p, plan, "plan")
+    heights = [bar.get_height() for bar in twin.patches]
+    assert heights == pytest.approx([s.compute_ms for s in plan.stages])
+    for i, bar in enumerate(twin.patches):  # beside stage i's VRAM bar, on its right, not on top of it
+        assert i < bar.get_x() + bar.get_width() / 2 < i + 0.5
+    plt.close(fig)
+
+
+def test_reserve_and_buffers_are_clearly_different_colours():
+    from matplotlib.colors import to_rgb
+
+    colours = {label: np.array(to_rgb(colour)) * 255 for label, colour, _ in SEGMENTS}
+    for a in ("reserve", "stage buffers"):
+        for b in colours:
+            if b != a:
+                assert np.linalg.norm(colours[a] - colours[b]) > 90, (a, b)

@@ -1,0 +1,51 @@
+"""The README and docs stand alone in a clone: no link outside the repository, every link and anchor
+resolves, and the reference page names every key the files accept."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from solver.config import CountsCurve, CoverCurve, GpuConfig, ModelConfig, PowerCurve, RigConfig
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation dropped, spaces as hyphens."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def anchors(page: Path) -> set[str]:
+    return {slug(m.group(1)) for m in re.finditer(r"^#+ (.*)$", page.read_text(), re.M)}
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_no_reference_to_files_a_clone_does_not_have(page):
+    text = page.read_text()
+    for word in ("../shared", "shared/", "SPEC", "REFERENCE"):
+        assert word not in text, f"{page.name} mentions {word}"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_every_link_and_anchor_resolves(page):
+    for target in LINK.findall(page.read_text()):
+        if target.startswith(("http://", "https://")):
+            continue
+        path, _, anchor = target.partition("#")
+        dest = (page.parent / path).resolve() if path else page
+        assert dest.exists(), f"{page.name}: {target}"
+        if anchor and dest.suffix == ".md":
+            assert anchor in anchors(dest), f"{page.name}: {target}"
+
+
+def test_the_reference_names_every_key():
+    text = (ROOT / "docs" / "reference.md").read_text()
+    for schema in (RigConfig, GpuConfig, ModelConfig, CoverCurve, PowerCurve, CountsCurve):
+        for key in schema.model_fields:
+            assert f"`{key}`" in text or f"{key}:" in text, (schema.__name__, key)

@@ -1,0 +1,125 @@
+"""Valid but implausible values plan as the SPEC says, with one warning line each on stderr."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from clirun import key_line
+
+from solver.cli import cli
+from solver.plausible import MAX_CLOCK_GHZ, MIN_FREE
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def box(tmp_path, monkeypatch) -> Path:
+    """A copy of the shipped box rig and its model and profile, with the working directory above them."""
+    shutil.copytree(ROOT / "rigs", tmp_path / "rigs")
+    shutil.copytree(ROOT / "models", tmp_path / "models")
+    monkeypatch.chdir(tmp_path)
+    return Path("rigs/box.yaml")
+
+
+MODEL = Path("models/qwen3-next-80b-a3b.yaml")
+
+
+def edit(path: Path, old: str, new: str, count: int = 1) -> str:
+    text = path.read_text()
+    assert old in text
+    text = text.replace(old, new, count)
+    path.write_text(text)
+    return text
+
+
+def run(*args: str | Path) -> tuple[int, dict, list[str]]:
+    res = CliRunner().invoke(cli, [*map(str, args), "--json", "--workers", "1"])
+    assert res.exception is None or isinstance(res.exception, SystemExit), res.exception
+    return res.exit_code, json.loads(res.stdout), res.stderr.splitlines()
+
+
+def test_the_shipped_box_has_no_warning(box):
+    code, _, err = run(box)
+    assert code == 0 and err == []
+
+
+def test_free_without_a_unit(box):
+    text = edit(box, "free: 11.5 GiB", "free: 24")
+    code, out, err = run(box)
+    assert code == 3 and out["status"] == "infeasible"  # 24 bytes is valid: the plan says it cannot fit
+    line = key_line(text, ("gpus", 0, "free"))
+    assert err == [
+        f"rigs/box.yaml:{line}: gpus[0].free: 24 bytes is implausibly small for a GPU; did you mean '24 GiB'?"
+    ]
+
+
+def test_small_free_with_a_unit_and_the_threshold(box):
+    edit(box, "free: 11.5 GiB", "free: 100 MiB")
+    edit(box, "free: 11.5 GiB", f"free: {MIN_FREE}")  # the second 3060: exactly the threshold is fine
+    _, _, err = run(box)
+    assert len(err) == 1 and err[0].startswith(
+        "rigs/box.yaml:9: gpus[0].free: 100 MiB (100.0 MiB) is implausibly"
+    )
+
+
+def test_clock_in_mhz(box):
+    text = edit(box, "clock_ghz: 2.572", "clock_ghz: 2572")
+    code, out, err = run(box)
+    assert code == 0 and out["status"] == "optimal"
+    line = key_line(text, ("gpus", 2, "clock_ghz"))
+    assert err == [
+        f"rigs/box.yaml:{line}: gpus[2].clock_ghz: 2572 GHz is implausibly fast for a GPU "
+        f"(none runs above {MAX_CLOCK_GHZ:g}); did you mean 2.572 (MHz given as GHz)?"
+    ]
+
+
+def test_an_expert_no_card_can_hold(box):
+    text = edit(MODEL, "expert_bytes: 1.95 MiB", "expert_bytes: 1.95 TiB")
+    code, out, err = run(box)
+    assert code == 0 and out["held_pairs"] == 0  # valid, planned, nothing cached
+    line = key_line(text, ("expert_bytes",))
+    [msg] = err
+    assert msg.startswith(
+        f"models/qwen3-next-80b-a3b.yaml:{line}: expert_bytes: one expert (1.95 TiB) is bigger"
+    )
+    assert "on GPU 2 (RTX 5060 Ti)" in msg and msg.endswith(
+        "so no expert of any layer can be cached; did you mean '1.95 GiB'?"
+    )
+
+
+def test_an_expert_too_big_for_some_layers_only(box):
+    text = MODEL.read_text().replace(
+        "expert_bytes: 1.95 MiB", "expert_bytes: [" + ", ".join(["1.95 MiB"] * 47 + ["30 GiB"]) + "]"
+    )
+    MODEL.write_text(text)
+    code, _, err = run(box)
+    assert code == 0
+    [msg] = err
+    assert msg.startswith(
+        f"models/qwen3-next-80b-a3b.yaml:{key_line(text, ('expert_bytes', 47))}: expert_bytes[47]: "
+    )
+    assert "so no expert of layers 47 can be cached; did you mean '30 MiB'?" in msg
+
+
+def test_context_beyond_the_model(box):
+    text = MODEL.read_text() + "max_context: 65536\n"
+    MODEL.write_text(text)
+    where = f"models/qwen3-next-80b-a3b.yaml:{key_line(text, ('max_context',))}"
+    code, out, err = run(box, "--context", "65536")
+    assert code == 0 and err == []
+    code, out, err = run(box, "--context", "100000")
+    assert out["context"] == 100000
+    assert err == [
+        f"--context: 100,000 tokens is beyond the 65,536 tokens the model supports ({where}); "
+        "did you mean --context 65536?"
+    ]
+    rig = edit(box, "context: 32768", "context: 70000")
+    _, out, err = run(box)
+    assert err == [
+        f"rigs/box.yaml:{key_line(rig, ('context',))}: context: 70,000 tokens is beyond the 65,536 "
+        f"tokens the model supports ({where}); did you mean 'context: 65536'?"
+    ]
