@@ -31,14 +31,30 @@ def test_help_shows_the_plan_usage_options_and_examples(args):
     assert res.exit_code == 0
     text = res.stdout
     assert "RIG [OPTIONS]" in text.splitlines()[0]
-    for option in ("--model", "--objective", "--order", "--context", "--time-limit", "--check", "--export"):
+    for option in (
+        "--model",
+        "--objective",
+        "--order",
+        "--engine",
+        "--context",
+        "--time-limit",
+        "--check",
+        "--export",
+    ):
         assert f"  {option} " in text, option
     for option in ("--json", "--out", "--plot", "--workers", "--version", "--help"):
         assert option in text, option
     assert "Examples:" in text and "  solve rigs/box.yaml\n" in text
     commands = text.split("Commands:")[1]
     names = [line.split()[0] for line in commands.splitlines() if line.startswith("  ")]
-    assert names == ["bench", "calibrate", "probe", "profile"]  # plan is the default, not a command to list
+    assert names == [
+        "bench",
+        "calibrate",
+        "model",
+        "probe",
+        "profile",
+        "rig",
+    ]  # plan is the default, not listed
 
 
 def test_plan_stays_callable_by_name():
