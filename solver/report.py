@@ -73,7 +73,11 @@ def to_json(r: Result) -> dict:
         "engine": p.engine,
         "bottleneck_ms": plan.bottleneck_ms if plan else None,
         "host_bytes": plan.host_bytes if plan else None,
+        "idle": sorted(set(range(p.n_gpus)) - set(plan.gpus)) if plan else [],
     }
+    if plan and len(p.host_names) > 1:
+        for stage in out["stages"]:
+            stage["host"] = p.host_names[p.hosts[stage["gpu"]]]
     if p.engine in ("vllm", "sglang"):
         out["spare_kv_tokens"] = plan.spare_tokens if plan else None
     if r.reason:
