@@ -70,7 +70,10 @@ class Placement:
 
     @property
     def spare_tokens(self) -> int | None:
-        """SPEC 6.3: the smallest stage's spare KV tokens (None: no stage keeps per-token KV)."""
+        """SPEC 6.3: the smallest stage's spare KV tokens (None: no stage keeps per-token KV, or a stage
+        does not fit at all)."""
+        if not all(s.fits for s in self.stages):
+            return None
         spare = [s.spare_tokens for s in self.stages if s.spare_tokens is not None]
         return min(spare) if spare else None
 

@@ -155,7 +155,7 @@ _COLUMNS: dict[str, list[tuple[str, StageCell]]] = {
     "vllm": [
         *_FIRST,
         ("experts", lambda s: format_size(s.cache_bytes)),
-        ("spare KV", lambda s: _tokens(s.spare_tokens)),
+        ("spare KV", lambda s: _tokens(s.spare_tokens) if s.fits else "does not fit"),
         *_LAST,
     ],
 }
@@ -181,7 +181,10 @@ _SUMMARY: dict[str, list[tuple[str, PlanCell]]] = {
         ("experts on GPU", lambda q: format_size(sum(s.cache_bytes for s in q.stages))),
         ("experts on CPU", lambda q: format_size(q.host_bytes)),
     ],
-    "vllm": [*_WINDOW, ("spare KV", lambda q: _tokens(q.spare_tokens))],
+    "vllm": [
+        *_WINDOW,
+        ("spare KV", lambda q: _tokens(q.spare_tokens) if all(s.fits for s in q.stages) else "-"),
+    ],
 }
 _SUMMARY["sglang"] = _SUMMARY["vllm"]
 
