@@ -24,11 +24,12 @@ EXHAUSTIVE_CHECK_LIMIT = 200_000
 
 @dataclass
 class Baseline:
-    """The proportional split, evaluated; ``plan`` is None when its cuts are not even a split."""
+    """The proportional split, evaluated; ``plan`` is None when there is no split (``reason`` says why)."""
 
     cuts: list[int]
     feasible: bool
     plan: Placement | None
+    reason: str | None = None
 
 
 @dataclass
@@ -115,8 +116,11 @@ def plan_rig(p: Problem, limits: Limits | None = None, check: bool = False) -> R
     if plan is not None and not feasible(p, plan):
         raise AssertionError(f"the solver returned an infeasible plan: {plan.gpus} {plan.cuts}")
     base = solve_proportional(arcs)
-    base_plan = evaluate(p, base.gpus, base.cuts) if bounds_ok(p, base.cuts) else None
-    baseline = Baseline(list(base.cuts), bool(base_plan and feasible(p, base_plan)), base_plan)
+    split = base.status == "heuristic" and bounds_ok(p, base.cuts)
+    base_plan = evaluate(p, base.gpus, base.cuts) if split else None
+    baseline = Baseline(
+        list(base.cuts), bool(base_plan and feasible(p, base_plan)), base_plan, base.info.get("reason")
+    )
     wall_ms = (time.perf_counter() - t0) * 1e3
     status = solution.status if solution.found or solution.status == "infeasible" else "unknown"
     result = Result(p, status, plan, baseline, solution, arcs, table_ms, wall_ms)

@@ -68,6 +68,8 @@ def to_json(r: Result) -> dict:
         "held_mass": base.held_mass if base else None,
         "held_pairs": base.held_pairs if base else None,
     }
+    if r.baseline.reason:
+        out["baseline"]["reason"] = r.baseline.reason
     out["solver"] = {
         "name": sol.name,
         "proven_optimal": proven,
@@ -104,6 +106,8 @@ def print_report(r: Result, console: Console) -> None:
     if plan is None:
         console.print(f"[bold]{title}[/bold]")
         console.print(f"[red]{r.status}[/red]: {r.reason}")
+        if r.baseline.reason:
+            console.print(f"baseline: {r.baseline.reason}")
         return
     t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
     for col in ("GPU", "layers", "room", "cache", "pairs held", "mass", "compute"):

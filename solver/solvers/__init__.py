@@ -52,10 +52,18 @@ class TooLarge(Exception):
 
 
 def plan_arcs(arcs: Arcs, gpus: tuple[int, ...], cuts: tuple[int, ...]) -> np.ndarray:
-    """Arc numbers of a plan's stages, -1 for a stage that is not a feasible arc."""
+    """Arc numbers of a plan's stages, -1 for a stage that is not a feasible arc.
+
+    Bounds outside 0..L never index the table (numpy would wrap a negative one onto another arc).
+    """
     idx = arcs.index()
     bounds = (0, *cuts, arcs.n_layers)
-    return np.array([idx[g, bounds[s], bounds[s + 1]] for s, g in enumerate(gpus)], dtype=np.int64)
+    n = arcs.n_layers
+
+    def arc(g: int, a: int, b: int) -> int:
+        return int(idx[g, a, b]) if 0 <= a < b <= n and 0 <= g < arcs.n_gpus else -1
+
+    return np.array([arc(g, bounds[s], bounds[s + 1]) for s, g in enumerate(gpus)], dtype=np.int64)
 
 
 def plan_score(arcs: Arcs, gpus: tuple[int, ...], cuts: tuple[int, ...]) -> tuple[int, int, int] | None:
