@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from solver.arcs import Arcs
+from solver.arcs import MASS_SCALE, Arcs
 
 
 @dataclass(frozen=True)
@@ -72,3 +72,27 @@ def plan_score(arcs: Arcs, gpus: tuple[int, ...], cuts: tuple[int, ...]) -> tupl
     if (ids < 0).any():
         return None
     return int(arcs.mass[ids].sum()), int(arcs.time[ids].sum()), int(arcs.bottleneck[ids].max())
+
+
+def relaxed_bound(arcs: Arcs) -> float | None:
+    """A proven bound on the objective from a path pass over k stages, cheap at any size.
+
+    With the order as given, stage s is GPU s and the pass is exact; with a free order it lets a GPU
+    repeat, a relaxation. It ignores ``host_limit``, which only makes plans worse. Window ms for
+    time, held mass for mass; None when no path of k arcs covers the layers.
+    """
+    mass = arcs.objective == "mass"
+    weight = arcs.mass if mass else arcs.time
+    worst = np.iinfo(np.int64).min if mass else np.iinfo(np.int64).max
+    better = np.maximum if mass else np.minimum
+    n, k = arcs.n_layers, arcs.n_gpus
+    reach = np.full(n + 1, worst, dtype=np.int64)
+    reach[0] = 0
+    for s in range(k):
+        on = (reach[arcs.start] != worst) & ((arcs.gpu == s) if arcs.order == "as-given" else True)
+        nxt = np.full(n + 1, worst, dtype=np.int64)
+        better.at(nxt, arcs.end[on], reach[arcs.start[on]] + weight[on])
+        reach = nxt
+    if reach[n] == worst:
+        return None
+    return int(reach[n]) / MASS_SCALE if mass else arcs.window_ms(int(reach[n]))

@@ -24,7 +24,7 @@ import pandas as pd
 from ortools.sat.python import cp_model
 
 from solver.arcs import MASS_SCALE, Arcs, best_through, subset
-from solver.solvers import Limits, Solution, plan_arcs
+from solver.solvers import Limits, Solution, plan_arcs, relaxed_bound
 
 Fix = Callable[[cp_model.CpModel, list, Arcs], None]
 Objective = Callable[[cp_model.CpModel, list, Arcs], cp_model.LinearExpr | np.ndarray]
@@ -244,7 +244,17 @@ def solve_cpsat(arcs: Arcs, limits: Limits | None = None, hint: Solution | None 
     if chain.chosen is None:
         return Solution("cp-sat", "infeasible" if chain.proven else "unknown", info=info)
     gpus, cuts = _read(arcs, chain.chosen)
-    return Solution("cp-sat", "optimal" if done and chain.proven else "feasible", gpus, cuts, bound, info)
+    status = "optimal" if done and chain.proven else "feasible"
+    if bound is None or status == "feasible":
+        bound = _tighter(arcs.objective, bound, relaxed_bound(arcs))
+    return Solution("cp-sat", status, gpus, cuts, bound, info)
+
+
+def _tighter(objective: str, a: float | None, b: float | None) -> float | None:
+    """The tighter of two valid bounds on the objective (either may be None)."""
+    if a is None or b is None:
+        return b if a is None else a
+    return min(a, b) if objective == "mass" else max(a, b)
 
 
 def _ms(arcs: Arcs, bound: float | None) -> float | None:
