@@ -1,10 +1,17 @@
 """Dynamic programming oracle: exact for any per-stage objective.
 
 Fixed order: ``F[s+1][b] = best_a F[s][a] + W[s][a][b]`` over stages, O(k L^2). Free order: the
-same over subsets of used GPUs (a bitmask), O(2^k k L^2). Costs are pairs (mass, time) compared
-lexicographically (more mass first, then less time; mass is 0 under the time objective). The
-tie-breaks run as further passes: a binary search on the bottleneck, then greedy cut and GPU
-choices checked against best completions computed backwards.
+same over states that count the GPUs used of each class (GPUs with identical arcs are
+interchangeable), at most 2^k states and as few as k + 1 when every GPU is alike. Costs are pairs
+(mass, time) compared lexicographically (more mass first, then less time; mass is 0 unless the
+objective is mass). The other levels run as further passes over restricted arcs: the throughput
+objective's max stage and the bottleneck by binary search on a threshold (min-max), the plan's
+spare KV likewise (max-min), then greedy cut and GPU choices checked against best completions
+computed backwards.
+
+``host_limit`` is a knapsack side constraint the path DP cannot carry exactly. The DP answers when
+its unconstrained lexicographic optimum meets the limit (then it is also the constrained answer)
+and raises TooLarge otherwise, so ``--check`` falls back to exhaustive enumeration where small.
 """
 
 from __future__ import annotations
@@ -13,10 +20,11 @@ import time
 
 import numpy as np
 
-from solver.arcs import Arcs
-from solver.solvers import Limits, Solution, TooLarge
+from solver.arcs import MASS_SCALE, Arcs
+from solver.solvers import Limits, Solution, TooLarge, stage_key
 
-MAX_GPUS_FREE_ORDER = 12
+#: Class-count states the free-order DP takes: 2^12 for 12 distinct GPUs, far more GPUs in few classes.
+MAX_STATES_FREE_ORDER = 4096
 NONE = -1  # mass of an unreachable state
 
 
@@ -35,30 +43,71 @@ def _best(target: np.ndarray, mass: np.ndarray, cost: np.ndarray, size: int) -> 
     return best_m, best_t
 
 
+def arc_classes(arcs: Arcs) -> np.ndarray:
+    """Class of each GPU, shape (k,), numbered from 0 in rig order: GPUs with identical arcs share one."""
+    seen: dict[bytes, int] = {}
+    out = np.empty(arcs.n_gpus, dtype=np.int64)
+    fields = (arcs.start, arcs.end, arcs.time, arcs.mass, arcs.bottleneck, arcs.stage, arcs.spare, arcs.host)
+    for g in range(arcs.n_gpus):
+        on = arcs.gpu == g
+        key = np.stack([f[on] for f in fields]).tobytes()
+        out[g] = seen.setdefault(key, len(seen))
+    return out
+
+
+def dp_states(arcs: Arcs) -> int:
+    """DP states per boundary: k + 1 with the order as given, else the class-count states."""
+    if arcs.order == "as-given":
+        return arcs.n_gpus + 1
+    return int(np.prod(np.bincount(arc_classes(arcs)) + 1))
+
+
 class _Graph:
-    """Levels of the DP (stage number, or set of used GPUs) and the arcs between them."""
+    """Levels of the DP (stage number, or counts of GPUs used per class) and the arcs between them."""
 
     def __init__(self, arcs: Arcs):
         self.arcs = arcs
         self.free_order = arcs.order == "auto"
         k = arcs.n_gpus
-        if self.free_order and k > MAX_GPUS_FREE_ORDER:
-            raise TooLarge(f"the free-order DP takes at most {MAX_GPUS_FREE_ORDER} GPUs, not {k}")
-        self.by_gpu = [np.flatnonzero(arcs.gpu == g) for g in range(k)]
-        self.levels = list(range(2**k)) if self.free_order else list(range(k + 1))
+        by_gpu = [np.flatnonzero(arcs.gpu == g) for g in range(k)]
+        if not self.free_order:
+            self.by_link = by_gpu
+            self.levels = list(range(k + 1))
+        else:
+            cls = arc_classes(arcs)
+            self.members = [np.flatnonzero(cls == c) for c in range(cls.max() + 1)]
+            self.mult = np.array([len(m) for m in self.members])
+            states = int(np.prod(self.mult + 1))
+            if states > MAX_STATES_FREE_ORDER:
+                raise TooLarge(
+                    f"the free-order DP takes at most {MAX_STATES_FREE_ORDER:,} states, not {states:,}"
+                )
+            self.stride = np.concatenate([[1], np.cumprod(self.mult + 1)[:-1]]).astype(np.int64)
+            self.counts = (np.arange(states)[:, None] // self.stride[None, :]) % (self.mult + 1)[None, :]
+            self.by_link = [by_gpu[m[0]] for m in self.members]  # one GPU's arcs stand for its class
+            self.levels = list(range(states))
         self.final = self.levels[-1]
 
     def leaving(self, level: int) -> list[tuple[int, np.ndarray]]:
         """(next level, arc numbers) for the arcs that can follow a state at ``level``."""
         if not self.free_order:
-            return [(level + 1, self.by_gpu[level])] if level < self.arcs.n_gpus else []
-        return [(level | 1 << g, ids) for g, ids in enumerate(self.by_gpu) if not level >> g & 1]
+            return [(level + 1, self.by_link[level])] if level < self.arcs.n_gpus else []
+        open_ = np.flatnonzero(self.counts[level] < self.mult)
+        return [(level + int(self.stride[c]), self.by_link[c]) for c in open_]
 
     def entering(self, level: int) -> list[tuple[int, np.ndarray]]:
         """(previous level, arc numbers) for the arcs that lead into ``level``."""
         if not self.free_order:
-            return [(level - 1, self.by_gpu[level - 1])] if level > 0 else []
-        return [(level ^ 1 << g, ids) for g, ids in enumerate(self.by_gpu) if level >> g & 1]
+            return [(level - 1, self.by_link[level - 1])] if level > 0 else []
+        used = np.flatnonzero(self.counts[level] > 0)
+        return [(level - int(self.stride[c]), self.by_link[c]) for c in used]
+
+    def gpu_of(self, level: int, nxt: int, arc: int) -> int:
+        """The GPU that runs ``arc`` from ``level`` to ``nxt``: in a class, its next unused member."""
+        if not self.free_order:
+            return int(self.arcs.gpu[arc])
+        c = int(np.searchsorted(self.stride, nxt - level))  # strides strictly increase
+        return int(self.members[c][self.counts[level][c]])
 
     def forward(self, allowed: np.ndarray) -> dict[int, tuple[np.ndarray, np.ndarray]]:
         """Best (mass, time) from the start to every (level, boundary)."""
@@ -88,13 +137,8 @@ class _Graph:
                     continue
                 ids = ids[allowed[ids]]
                 lm, lt = table[linked]
-                parts.append(
-                    (
-                        dst[ids],
-                        np.where(lm[src[ids]] >= 0, lm[src[ids]] + a.mass[ids], NONE),
-                        lt[src[ids]] + a.time[ids],
-                    )
-                )
+                ids = ids[lm[src[ids]] >= 0]
+                parts.append((dst[ids], lm[src[ids]] + a.mass[ids], lt[src[ids]] + a.time[ids]))
             if parts:
                 best = _best(*(np.concatenate(x) for x in zip(*parts)), n)
                 if (best[0] >= 0).any():
@@ -109,41 +153,78 @@ class _Graph:
         return int(table[self.final][0][-1]), int(table[self.final][1][-1])
 
 
+def _first(values: np.ndarray, ok) -> int:
+    """The first of ``values`` where ``ok`` holds, by bisection: ``ok`` must fail on a prefix of
+    them and hold on the rest, and hold on the last (which is never tried, so one value costs nothing)."""
+    lo, hi = 0, len(values) - 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if ok(values[mid]):
+            hi = mid
+        else:
+            lo = mid + 1
+    return int(values[lo])
+
+
 def solve_dp(arcs: Arcs, limits: Limits | None = None) -> Solution:
-    """The exact plan by dynamic programming (free order: at most 12 GPUs)."""
+    """The exact plan by dynamic programming (free order: at most 4,096 class-count states)."""
     t0 = time.perf_counter()
     graph = _Graph(arcs)
-    every = np.ones(len(arcs), dtype=bool)
-    best = graph.optimum(every)
-    if best is None:
+
+    def infeasible() -> Solution:
         return Solution("dp", "infeasible", info={"wall_ms": (time.perf_counter() - t0) * 1e3})
+
+    allowed = np.ones(len(arcs), dtype=bool)
+    best = graph.optimum(allowed)
+    if best is None:
+        return infeasible()
+    top = 0
+    if arcs.objective == "throughput":
+        keys = stage_key(arcs)
+        top = _first(np.unique(keys), lambda t: graph.optimum(keys <= t) is not None)
+        allowed = keys <= top
+        best = graph.optimum(allowed)
     mass_star, time_star = best
     cap = arcs.time_cap(time_star)
 
     def good(m: int | np.ndarray, t: int | np.ndarray) -> bool | np.ndarray:
         return (m == mass_star) & (t <= cap)
 
-    levels = np.unique(arcs.bottleneck)
-    lo, hi = 0, len(levels) - 1
-    while lo < hi:
-        mid = (lo + hi) // 2
-        got = graph.optimum(arcs.bottleneck <= levels[mid])
-        if got is not None and good(*got):
-            hi = mid
-        else:
-            lo = mid + 1
-    allowed = arcs.bottleneck <= levels[lo]
+    def tied(mask: np.ndarray) -> bool:
+        got = graph.optimum(mask)
+        return got is not None and bool(good(*got))
+
+    spares = np.unique(arcs.spare[allowed])[::-1]  # largest first: the most spare a tied plan keeps
+    spare = _first(spares, lambda v: tied(allowed & (arcs.spare >= v)))
+    allowed &= arcs.spare >= spare
+    worst = _first(np.unique(arcs.bottleneck[allowed]), lambda b: tied(allowed & (arcs.bottleneck <= b)))
+    allowed &= arcs.bottleneck <= worst
     cuts = _greedy_cuts(graph, allowed, good)
     gpus = _greedy_order(graph, allowed, cuts, good)
-    bound = arcs.window_ms(time_star) if arcs.objective == "time" else mass_star / 10**12
+    _check_host(arcs, gpus, cuts)
+    if arcs.objective == "throughput":
+        bound = top / 10**6
+    elif arcs.objective == "mass":
+        bound = mass_star / MASS_SCALE
+    else:
+        bound = arcs.window_ms(time_star)
     return Solution(
-        "dp",
-        "optimal",
-        tuple(gpus),
-        tuple(cuts),
-        bound,
-        info={"wall_ms": (time.perf_counter() - t0) * 1e3},
+        "dp", "optimal", tuple(gpus), tuple(cuts), bound, info={"wall_ms": (time.perf_counter() - t0) * 1e3}
     )
+
+
+def _check_host(arcs: Arcs, gpus: list[int], cuts: list[int]) -> None:
+    """TooLarge when the unconstrained optimum leaves more expert bytes in host memory than allowed."""
+    if arcs.host_limit is None:
+        return
+    from solver.solvers import plan_arcs
+
+    host = int(arcs.host[plan_arcs(arcs, tuple(gpus), tuple(cuts))].sum())
+    if host > arcs.host_limit:
+        raise TooLarge(
+            f"the DP's unconstrained optimum leaves {host:,} bytes in host memory, over the limit of "
+            f"{arcs.host_limit:,}; the DP cannot carry that limit"
+        )
 
 
 def _greedy_cuts(graph: _Graph, allowed: np.ndarray, good) -> list[int]:
@@ -183,14 +264,15 @@ def _greedy_order(graph: _Graph, allowed: np.ndarray, cuts: list[int], good) -> 
     back = graph.backward(fixed)
     level, m, t, gpus = graph.levels[0], 0, 0, []
     for s in range(len(bounds) - 1):
-        for nxt, ids in graph.leaving(level):  # in GPU order
+        options = []
+        for nxt, ids in graph.leaving(level):
             ids = ids[fixed[ids] & (a.start[ids] == bounds[s])]
-            if not len(ids) or nxt not in back:
-                continue
-            i = int(ids[0])
+            if len(ids) and nxt in back:
+                options.append((graph.gpu_of(level, nxt, int(ids[0])), nxt, int(ids[0])))
+        for g, nxt, i in sorted(options):  # smallest GPU first
             bm, bt = back[nxt]
             if bm[a.end[i]] >= 0 and good(m + a.mass[i] + bm[a.end[i]], t + a.time[i] + bt[a.end[i]]):
                 level, m, t = nxt, m + int(a.mass[i]), t + int(a.time[i])
-                gpus.append(int(a.gpu[i]))
+                gpus.append(g)
                 break
     return gpus
