@@ -25,6 +25,7 @@ class Stage:
     visible_pairs: int
     held_mass: float
     compute_ms: float
+    stage_ms: float = 0.0  # SPEC 7: compute plus the miss time of its layers' traffic it does not hold
 
     @property
     def fits(self) -> bool:
@@ -51,6 +52,11 @@ class Placement:
     def held_pairs(self) -> int:
         return sum(s.held_pairs for s in self.stages)
 
+    @property
+    def bottleneck_ms(self) -> float:
+        """The slowest stage's ``stage_ms``: what the throughput objective minimises."""
+        return max(s.stage_ms for s in self.stages)
+
 
 def bounds_ok(p: Problem, cuts: list[int] | tuple[int, ...]) -> bool:
     """Cuts strictly increasing inside (0, L) with one per stage boundary."""
@@ -65,6 +71,8 @@ def evaluate(p: Problem, gpus: list[int] | tuple[int, ...], cuts: list[int] | tu
     for s, g in enumerate(gpus):
         a, b = bounds[s], bounds[s + 1]
         w = walk_range(p, g, a, b)
+        held_mass = float(p.mass[w.held].sum())
+        compute_ms = (b - a) * float(p.layer_ms[g])
         stages.append(
             Stage(
                 gpu=int(g),
@@ -75,8 +83,9 @@ def evaluate(p: Problem, gpus: list[int] | tuple[int, ...], cuts: list[int] | tu
                 cache_bytes=int(p.pair_bytes[w.held].sum()),
                 held_pairs=w.n_held,
                 visible_pairs=len(w.visible),
-                held_mass=float(p.mass[w.held].sum()),
-                compute_ms=(b - a) * float(p.layer_ms[g]),
+                held_mass=held_mass,
+                compute_ms=compute_ms,
+                stage_ms=compute_ms + p.miss_ms * (float(p.mass[w.visible].sum()) - held_mass),
             )
         )
     held = float(np.sum([s.held_mass for s in stages]))

@@ -25,6 +25,7 @@ def _stage_json(plan: Placement) -> list[dict]:
             "visible_pairs": s.visible_pairs,
             "held_mass": s.held_mass,
             "compute_ms": s.compute_ms,
+            "stage_ms": s.stage_ms,
         }
         for s in plan.stages
     ]
@@ -36,12 +37,17 @@ def _gap(value: float | None, bound: float | None) -> float | None:
     return abs(value - bound) / max(abs(value), 1e-12)
 
 
+def _objective_value(plan: Placement, objective: str) -> float:
+    """What the objective (and so ``solver.bound``) measures: window ms, held mass, or slowest stage ms."""
+    return {"time": plan.window_ms, "mass": plan.held_mass}.get(objective, plan.bottleneck_ms)
+
+
 def to_json(r: Result) -> dict:
     """The ``--json`` object: required keys of SPEC 5 plus order, context and a few counts."""
     p, plan = r.problem, r.plan
     sol = r.solution
     proven = r.status == "optimal"
-    objective_value = None if plan is None else (plan.window_ms if p.objective == "time" else plan.held_mass)
+    objective_value = None if plan is None else _objective_value(plan, p.objective)
     bound = objective_value if proven else sol.bound
     out: dict = {
         "rig": p.rig,
@@ -53,6 +59,7 @@ def to_json(r: Result) -> dict:
         "window_ms": plan.window_ms if plan else None,
         "held_mass": plan.held_mass if plan else None,
         "held_pairs": plan.held_pairs if plan else 0,
+        "bottleneck_ms": plan.bottleneck_ms if plan else None,
         "cuts": plan.cuts if plan else [],
         "gpus": plan.gpus if plan else [],
         "stages": _stage_json(plan) if plan else [],
@@ -110,7 +117,7 @@ def print_report(r: Result, console: Console) -> None:
             console.print(f"baseline: {r.baseline.reason}")
         return
     t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-    for col in ("GPU", "layers", "room", "cache", "pairs held", "mass", "compute"):
+    for col in ("GPU", "layers", "room", "cache", "pairs held", "mass", "compute", "stage"):
         t.add_column(col, justify="left" if col in ("GPU", "layers") else "right", no_wrap=True)
     for s in plan.stages:
         t.add_row(
@@ -121,6 +128,7 @@ def print_report(r: Result, console: Console) -> None:
             f"{s.held_pairs:,}/{s.visible_pairs:,}",
             f"{s.held_mass:.2%}",
             f"{s.compute_ms:.2f} ms",
+            f"{s.stage_ms:.2f} ms",
         )
     console.print(t)
     base = r.baseline.plan
@@ -148,7 +156,7 @@ def print_report(r: Result, console: Console) -> None:
     sol = r.solution
     proof = "optimal (proven)" if r.status == "optimal" else f"{r.status}, not proven"
     if r.status != "optimal" and sol.bound is not None:
-        unit = "ms" if p.objective == "time" else ""
+        unit = "" if p.objective == "mass" else " ms"
         proof += f"; bound {sol.bound:.6g}{unit}"
     console.print(
         f"{sol.name}: {proof}, objective {p.objective}, order {p.order}; {r.wall_ms:.0f} ms "

@@ -79,23 +79,28 @@ def relaxed_bound(arcs: Arcs) -> float | None:
 
     With the order as given, stage s is GPU s and the pass is exact; with a free order it lets a GPU
     repeat, a relaxation. It ignores ``host_limit``, which only makes plans worse. Window ms for
-    time, held mass for mass; None when no path of k arcs covers the layers.
+    time, held mass for mass, the slowest stage's ms for throughput (a min-max pass); None when no
+    path of k arcs covers the layers.
     """
-    mass = arcs.objective == "mass"
-    weight = arcs.mass if mass else arcs.time
-    worst = np.iinfo(np.int64).min if mass else np.iinfo(np.int64).max
-    better = np.maximum if mass else np.minimum
+    objective = arcs.objective
+    weight = {"mass": arcs.mass, "time": arcs.time}.get(objective, stage_key(arcs))
+    worst = np.iinfo(np.int64).min if objective == "mass" else np.iinfo(np.int64).max
+    better = np.maximum if objective == "mass" else np.minimum
     n, k = arcs.n_layers, arcs.n_gpus
     reach = np.full(n + 1, worst, dtype=np.int64)
     reach[0] = 0
     for s in range(k):
         on = (reach[arcs.start] != worst) & ((arcs.gpu == s) if arcs.order == "as-given" else True)
         nxt = np.full(n + 1, worst, dtype=np.int64)
-        better.at(nxt, arcs.end[on], reach[arcs.start[on]] + weight[on])
+        came = reach[arcs.start[on]]
+        step = np.maximum(came, weight[on]) if objective == "throughput" else came + weight[on]
+        better.at(nxt, arcs.end[on], step)
         reach = nxt
     if reach[n] == worst:
         return None
-    return int(reach[n]) / MASS_SCALE if mass else arcs.window_ms(int(reach[n]))
+    if objective == "mass":
+        return int(reach[n]) / MASS_SCALE
+    return int(reach[n]) / 10**6 if objective == "throughput" else arcs.window_ms(int(reach[n]))
 
 
 def stage_key(arcs: Arcs) -> np.ndarray:

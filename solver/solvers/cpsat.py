@@ -24,7 +24,7 @@ import pandas as pd
 from ortools.sat.python import cp_model
 
 from solver.arcs import MASS_SCALE, Arcs, best_through, subset
-from solver.solvers import Limits, Solution, plan_arcs, relaxed_bound
+from solver.solvers import Limits, Solution, plan_arcs, relaxed_bound, stage_key
 
 Fix = Callable[[cp_model.CpModel, list, Arcs], None]
 Objective = Callable[[cp_model.CpModel, list, Arcs], cp_model.LinearExpr | np.ndarray]
@@ -53,6 +53,8 @@ def _build(arcs: Arcs) -> tuple[cp_model.CpModel, list]:
     by_gpu = [np.flatnonzero(arcs.gpu == g) for g in range(k)]
     for ids in by_gpu:
         m.add_exactly_one(xs[ids].tolist())
+    if arcs.host_limit is not None:
+        _bound_total(m, arcs.host, 0, arcs.host_limit)
     if arcs.order == "as-given":
         for g in range(1, k):
             prev, cur = by_gpu[g - 1], by_gpu[g]
@@ -213,7 +215,10 @@ def solve_cpsat(arcs: Arcs, limits: Limits | None = None, hint: Solution | None 
     deadline = None if limits.time_limit is None else t0 + limits.time_limit
     chain = _Chain(arcs, arcs, limits, np.arange(len(arcs)), deadline)
     if hint is not None and hint.found:
-        chain.chosen = plan_arcs(arcs, hint.gpus, hint.cuts)
+        chosen = plan_arcs(arcs, hint.gpus, hint.cuts)
+        # an incumbent prunes arcs by its value, so it must be a plan within the host-memory limit
+        if (chosen >= 0).all() and (arcs.host_limit is None or arcs.host[chosen].sum() <= arcs.host_limit):
+            chain.chosen = chosen
     bound = None
     done = len(arcs) > 0
     if done and arcs.objective == "mass":
@@ -227,8 +232,12 @@ def solve_cpsat(arcs: Arcs, limits: Limits | None = None, hint: Solution | None 
             chain.keep(best_through(chain.arcs, chain.arcs.mass, "max") >= best_mass)
         elif chain.bound is not None:
             bound = chain.bound / MASS_SCALE
+    if done and arcs.objective == "throughput":
+        top, lowest = _stage_level(chain)
+        done = top is not None
+        bound = (top if done else lowest) / 10**6 if lowest is not None else None
     if done:
-        if chain.chosen is not None and arcs.objective == "time":
+        if chain.chosen is not None and arcs.objective in ("time", "throughput"):
             cap = arcs.time_cap(int(arcs.time[chain.chosen].sum()))
             chain.keep(best_through(chain.arcs, chain.arcs.time, "min") <= cap)
         best_time = chain.step(lambda m, x, a: a.time, "min", progress=arcs.objective == "time")
@@ -239,7 +248,7 @@ def solve_cpsat(arcs: Arcs, limits: Limits | None = None, hint: Solution | None 
             cap = arcs.time_cap(best_time)
             chain.fixes.append(lambda m, x, a, v=cap: _bound_total(m, a.time, cp_model.INT_MIN, v))
             chain.keep(best_through(chain.arcs, chain.arcs.time, "min") <= cap)
-    done = done and _tie_breaks(chain)
+    done = done and _spare_level(chain) and _tie_breaks(chain)
     info = {"wall_ms": (time.perf_counter() - t0) * 1e3, "solves": chain.solves, "arcs_left": len(chain.arcs)}
     if chain.chosen is None:
         return Solution("cp-sat", "infeasible" if chain.proven else "unknown", info=info)
@@ -248,6 +257,70 @@ def solve_cpsat(arcs: Arcs, limits: Limits | None = None, hint: Solution | None 
     if bound is None or status == "feasible":
         bound = _tighter(arcs.objective, bound, relaxed_bound(arcs))
     return Solution("cp-sat", status, gpus, cuts, bound, info)
+
+
+def _feasible(chain: _Chain, within: np.ndarray) -> str:
+    """Is there a plan on the arcs in play where ``within``, under the levels fixed so far?
+
+    "optimal" (yes: it becomes the incumbent), "infeasible", or "stopped"; the arcs in play stay.
+    """
+    arcs, ids, chosen = chain.arcs, chain.ids, chain.chosen
+    chain.keep(within, spare_chosen=False)
+    state, _ = chain.solve(lambda m, x, a: np.zeros(len(a), dtype=np.int64), "min")
+    chain.arcs, chain.ids = arcs, ids
+    if state != "optimal":
+        chain.chosen = chosen
+    return state
+
+
+def _threshold(chain: _Chain, values: np.ndarray, within: Callable[[Arcs, int], np.ndarray], value) -> tuple:
+    """Bisect ``values`` (best first) for the first one some plan meets, with feasibility solves.
+
+    ``within(arcs, v)`` marks the arcs a plan meeting v may use and ``value(plan)`` is a plan's own
+    value, which the incumbent shows feasible. Returns (the proven value or None if the deadline
+    stopped it, the best value not yet excluded); on success only arcs within it stay in play.
+    """
+    lo, hi = 0, len(values) - 1
+    if chain.chosen is not None:
+        hi = int(np.flatnonzero(values == value(chain.chosen))[0])
+    while lo < hi:
+        mid = (lo + hi) // 2
+        state = _feasible(chain, within(chain.arcs, values[mid]))
+        if state == "stopped":
+            return None, int(values[lo])
+        if state == "infeasible":
+            lo = mid + 1
+        else:
+            hi = int(np.flatnonzero(values == value(chain.chosen))[0])
+    chain.keep(within(chain.arcs, values[lo]))
+    return int(values[lo]), int(values[lo])
+
+
+def _stage_level(chain: _Chain) -> tuple[int | None, int | None]:
+    """Throughput: the smallest max stage key of any plan (min-max, by bisection on a threshold).
+
+    Returns (the proven key or None, a proven lower bound on it or None when nothing is known).
+    """
+    root = chain.root
+    keys = stage_key(root)
+    if chain.chosen is None:
+        state = _feasible(chain, np.ones(len(chain.arcs), dtype=bool))
+        if state != "optimal":
+            return None, None
+    values = np.unique(keys[chain.ids])
+    return _threshold(chain, values, lambda a, v: keys[chain.ids] <= v, lambda plan: keys[plan].max())
+
+
+def _spare_level(chain: _Chain) -> bool:
+    """The largest plan spare KV (max-min) among the plans tied so far; False if stopped.
+
+    Free when no arc limits the spare (one value, no solve)."""
+    spare = chain.root.spare
+    values = np.unique(spare[chain.ids])[::-1]
+    if len(values) == 1:
+        return True
+    got, _ = _threshold(chain, values, lambda a, v: a.spare >= v, lambda plan: spare[plan].min())
+    return got is not None
 
 
 def _tighter(objective: str, a: float | None, b: float | None) -> float | None:
