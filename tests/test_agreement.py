@@ -11,7 +11,7 @@ from factory import random_problem
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from solver.arcs import SPARE_UNLIMITED, build_arcs
+from solver.arcs import SPARE_UNLIMITED, build_arcs, gpu_classes
 from solver.planner import dp_hint, solve_plan
 from solver.problem import load_problem
 from solver.rangewalk import walk_table
@@ -70,8 +70,10 @@ def side_levels(draw: st.DrawFn):
     p = draw(problems())
     arcs = build_arcs(p, walk_table(p))
     rng = np.random.default_rng(draw(st.integers(0, 10**6)))
-    spare = rng.integers(0, 4, len(arcs))
-    spare[rng.random(len(arcs)) < 0.3] = SPARE_UNLIMITED
+    n = arcs.n_layers + 1  # a stage's spare depends on its GPU (identical GPUs alike) and range
+    table = rng.integers(0, 4, (arcs.n_gpus, n, n))
+    table[rng.random(table.shape) < 0.3] = SPARE_UNLIMITED
+    spare = table[gpu_classes(arcs)[arcs.gpu], arcs.start, arcs.end]
     limit = None
     if len(arcs) and draw(st.booleans()):
         limit = int(draw(st.floats(0.1, 1.2)) * arcs.n_gpus * float(np.median(arcs.host)))

@@ -5,9 +5,11 @@ end); every GPU takes exactly one arc; flow is conserved at every inner boundary
 arcs form one path from layer 0 to layer L. With the order as given, GPU s must hand over to GPU
 s+1 at the same boundary. With a free order, identical GPUs start in rig order (symmetry).
 
-The objective is lexicographic, solved as a chain of levels: held mass (mass objective), time
-(every plan within the best whole 1e-6 ms ties), the bottleneck, the cut list (a binary number
-over the boundaries, at most 60 at a time), then the GPU order (free order). After each level its
+The objective is lexicographic, solved as a chain of levels: held mass (mass objective) or the
+slowest stage (throughput objective: min-max, by bisection on a threshold with feasibility
+solves), time (every plan within the best whole 1e-6 ms ties), the plan's spare KV (max-min, the
+same way; no solve when no arc limits it), the bottleneck, the cut list, then the GPU order (free
+order). ``host_limit`` is one linear constraint in every model. After each level its
 proven value is kept as a constraint, and arcs that cannot belong to any plan meeting the levels so
 far are dropped (``solver.arcs.best_through`` bounds each arc's best whole plan), so later levels
 solve small models.
