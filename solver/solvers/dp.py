@@ -26,18 +26,16 @@ from solver.solvers import Limits, Solution, TooLarge, stage_key
 #: Class-count states the free-order DP takes: 2^12 for 12 distinct GPUs, far more GPUs in few classes.
 MAX_STATES_FREE_ORDER = 4096
 NONE = -1  # mass of an unreachable state
+BIG = np.iinfo(np.int64).max // 4  # time of an unreachable state; sums of two stay within int64
 
 
 def _best(target: np.ndarray, mass: np.ndarray, cost: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per target index, the lexicographic best (max mass, then min time); -1 mass = none."""
+    """Per target index, the lexicographic best (max mass, then min time); NONE mass = none."""
     best_m = np.full(size, NONE, dtype=np.int64)
-    best_t = np.zeros(size, dtype=np.int64)
-    ok = mass >= 0
-    if ok.any():
-        target, mass, cost = target[ok], mass[ok], cost[ok]
+    best_t = np.full(size, BIG, dtype=np.int64)
+    if len(target):
         order = np.lexsort((cost, -mass, target))
-        first = np.unique(target[order], return_index=True)[1]
-        pick = order[first]
+        pick = order[np.unique(target[order], return_index=True)[1]]
         best_m[target[pick]] = mass[pick]
         best_t[target[pick]] = cost[pick]
     return best_m, best_t
@@ -87,63 +85,120 @@ class _Graph:
             self.by_link = [by_gpu[m[0]] for m in self.members]  # one GPU's arcs stand for its class
             self.levels = list(range(states))
         self.final = self.levels[-1]
+        self.lexicographic = bool(arcs.mass.any())  # else every mass is 0 and only time counts
 
-    def leaving(self, level: int) -> list[tuple[int, np.ndarray]]:
-        """(next level, arc numbers) for the arcs that can follow a state at ``level``."""
+    def leaving(self, level: int) -> list[tuple[int, int]]:
+        """(next level, link) for the links whose arcs can follow a state at ``level``."""
         if not self.free_order:
-            return [(level + 1, self.by_link[level])] if level < self.arcs.n_gpus else []
+            return [(level + 1, level)] if level < self.arcs.n_gpus else []
         open_ = np.flatnonzero(self.counts[level] < self.mult)
-        return [(level + int(self.stride[c]), self.by_link[c]) for c in open_]
+        return [(level + int(self.stride[c]), int(c)) for c in open_]
 
-    def entering(self, level: int) -> list[tuple[int, np.ndarray]]:
-        """(previous level, arc numbers) for the arcs that lead into ``level``."""
+    def entering(self, level: int) -> list[tuple[int, int]]:
+        """(previous level, link) for the links whose arcs lead into ``level``."""
         if not self.free_order:
-            return [(level - 1, self.by_link[level - 1])] if level > 0 else []
+            return [(level - 1, level - 1)] if level > 0 else []
         used = np.flatnonzero(self.counts[level] > 0)
-        return [(level - int(self.stride[c]), self.by_link[c]) for c in used]
+        return [(level - int(self.stride[c]), int(c)) for c in used]
 
-    def gpu_of(self, level: int, nxt: int, arc: int) -> int:
-        """The GPU that runs ``arc`` from ``level`` to ``nxt``: in a class, its next unused member."""
+    def gpu_of(self, level: int, link: int) -> int:
+        """The GPU that runs the link's arc from ``level``: in a class, its next unused member."""
         if not self.free_order:
-            return int(self.arcs.gpu[arc])
-        c = int(np.searchsorted(self.stride, nxt - level))  # strides strictly increase
-        return int(self.members[c][self.counts[level][c]])
+            return link
+        return int(self.members[link][self.counts[level][link]])
+
+    def _links(self, allowed: np.ndarray, backward: bool) -> list[tuple]:
+        """Each link's allowed arcs as (from boundary, to boundary, mass, time); forward from = start.
+
+        A free order's links are also laid out as dense [from, to] matrices (mass -BIG and time
+        BIG where there is no arc): its states then step by min-plus products, which numpy does
+        far faster than sorting each state's candidate arcs. A fixed order has k + 1 levels and
+        keeps the sparse arcs, so a long model never needs (L+1)^2 tables.
+        """
+        a, n = self.arcs, self.arcs.n_layers + 1
+        out = []
+        for ids in self.by_link:
+            ids = ids[allowed[ids]]
+            src, dst = (a.end[ids], a.start[ids]) if backward else (a.start[ids], a.end[ids])
+            if not self.free_order:
+                out.append((src, dst, a.mass[ids], a.time[ids]))
+                continue
+            mass = np.full((n, n), -BIG, dtype=np.int64)
+            cost = np.full((n, n), BIG, dtype=np.int64)
+            mass[src, dst], cost[src, dst] = a.mass[ids], a.time[ids]
+            out.append((mass, cost))
+        return out
 
     def forward(self, allowed: np.ndarray) -> dict[int, tuple[np.ndarray, np.ndarray]]:
         """Best (mass, time) from the start to every (level, boundary)."""
-        return self._sweep(allowed, self.levels, self.entering, self.arcs.start, self.arcs.end, 0)
+        return self._sweep(self._links(allowed, False), self.levels, self.entering, 0)
 
     def backward(self, allowed: np.ndarray) -> dict[int, tuple[np.ndarray, np.ndarray]]:
         """Best (mass, time) from every (level, boundary) to the end."""
-        levels = self.levels[::-1]
-        return self._sweep(allowed, levels, self.leaving, self.arcs.end, self.arcs.start, self.arcs.n_layers)
+        return self._sweep(self._links(allowed, True), self.levels[::-1], self.leaving, self.arcs.n_layers)
 
-    def _sweep(
-        self, allowed: np.ndarray, levels: list[int], links, src: np.ndarray, dst: np.ndarray, origin: int
-    ) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    def _step(self, link: tuple, lm: np.ndarray, lt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Best (mass, time) per boundary after one more arc of ``link`` from the values (lm, lt)."""
+        n = len(lm)
+        if len(link) == 4:
+            src, dst, mass, cost = link
+            ok = lm[src] >= 0
+            return _best(dst[ok], lm[src[ok]] + mass[ok], lt[src[ok]] + cost[ok], n)
+        mass, cost = link
+        rows = np.flatnonzero(lm >= 0)
+        if self.lexicographic:  # no arc has mass -BIG, so sums through a missing arc stay negative
+            cm = lm[rows, None] + mass[rows]
+            m = cm.max(axis=0, initial=NONE)
+            t = np.where(cm == m[None, :], lt[rows, None] + cost[rows], BIG).min(axis=0, initial=BIG)
+            m[m < 0] = NONE
+        else:
+            t = (lt[rows, None] + cost[rows]).min(axis=0, initial=BIG)
+            m = np.where(t < BIG // 2, 0, NONE)
+        return m, np.where(m >= 0, t, BIG)
+
+    def _sweep(self, links: list, levels: list[int], linked_by, origin: int) -> dict:
         """One DP pass over ``levels``: a state's best is the best of its linked states plus an arc.
 
-        ``links(level)`` gives (linked level, arc numbers); an arc carries the linked state's value
-        from its ``src`` boundary to its ``dst`` boundary. Forward: src = start, dst = end.
+        ``linked_by(level)`` gives (linked level, link); the link's arcs carry the linked state's
+        values from one boundary to the next. Returns level -> (mass, time) per boundary.
         """
-        a, n = self.arcs, self.arcs.n_layers + 1
+        n = self.arcs.n_layers + 1
         first = np.full(n, NONE, dtype=np.int64)
         first[origin] = 0
         table = {levels[0]: (first, np.zeros(n, dtype=np.int64))}
         for level in levels[1:]:
-            parts = []
-            for linked, ids in links(level):
+            best_m = np.full(n, NONE, dtype=np.int64)
+            best_t = np.full(n, BIG, dtype=np.int64)
+            for linked, link in linked_by(level):
+                if linked in table:
+                    m, t = self._step(links[link], *table[linked])
+                    better = (m > best_m) | ((m == best_m) & (t < best_t))
+                    best_m, best_t = np.where(better, m, best_m), np.where(better, t, best_t)
+            if (best_m >= 0).any():
+                table[level] = (best_m, best_t)
+        return table
+
+    def minimax(self, weight: np.ndarray, allowed: np.ndarray) -> int | None:
+        """The smallest max ``weight`` over the arcs of a whole plan on ``allowed`` arcs, or None.
+
+        One forward pass in the (min, max) semiring over the same levels: a bottleneck path."""
+        a, n = self.arcs, self.arcs.n_layers + 1
+        first = np.full(n, BIG, dtype=np.int64)
+        first[0] = -BIG
+        table = {self.levels[0]: first}
+        for level in self.levels[1:]:
+            best = np.full(n, BIG, dtype=np.int64)
+            for linked, link in self.entering(level):
                 if linked not in table:
                     continue
-                ids = ids[allowed[ids]]
-                lm, lt = table[linked]
-                ids = ids[lm[src[ids]] >= 0]
-                parts.append((dst[ids], lm[src[ids]] + a.mass[ids], lt[src[ids]] + a.time[ids]))
-            if parts:
-                best = _best(*(np.concatenate(x) for x in zip(*parts)), n)
-                if (best[0] >= 0).any():
-                    table[level] = best
-        return table
+                came = table[linked]
+                ids = self.by_link[link]
+                ids = ids[allowed[ids] & (came[a.start[ids]] < BIG)]
+                np.minimum.at(best, a.end[ids], np.maximum(came[a.start[ids]], weight[ids]))
+            if (best < BIG).any():
+                table[level] = best
+        last = table.get(self.final)
+        return None if last is None or last[-1] >= BIG else int(last[-1])
 
     def optimum(self, allowed: np.ndarray) -> tuple[int, int] | None:
         """Best (mass, time) of a whole plan using only ``allowed`` arcs."""
@@ -155,7 +210,7 @@ class _Graph:
 
 def _first(values: np.ndarray, ok) -> int:
     """The first of ``values`` where ``ok`` holds, by bisection: ``ok`` must fail on a prefix of
-    them and hold on the rest, and hold on the last (which is never tried, so one value costs nothing)."""
+    them and hold on the rest, and hold on the last (never tried, so one value costs nothing)."""
     lo, hi = 0, len(values) - 1
     while lo < hi:
         mid = (lo + hi) // 2
@@ -164,6 +219,20 @@ def _first(values: np.ndarray, ok) -> int:
         else:
             lo = mid + 1
     return int(values[lo])
+
+
+def _minimax(arcs: Arcs, weight: np.ndarray, allowed: np.ndarray) -> int:
+    """A lower bound on the smallest max ``weight`` of a plan on ``allowed`` arcs, from a k-stage
+    path pass (exact with the order as given; a free order lets a GPU repeat)."""
+    n, worst = arcs.n_layers, np.iinfo(np.int64).max
+    reach = np.full(n + 1, worst, dtype=np.int64)
+    reach[0] = np.iinfo(np.int64).min
+    for s in range(arcs.n_gpus):
+        on = allowed & (reach[arcs.start] != worst) & ((arcs.gpu == s) if arcs.order == "as-given" else True)
+        nxt = np.full(n + 1, worst, dtype=np.int64)
+        np.minimum.at(nxt, arcs.end[on], np.maximum(reach[arcs.start[on]], weight[on]))
+        reach = nxt
+    return int(reach[n])
 
 
 def solve_dp(arcs: Arcs, limits: Limits | None = None) -> Solution:
@@ -181,7 +250,7 @@ def solve_dp(arcs: Arcs, limits: Limits | None = None) -> Solution:
     top = 0
     if arcs.objective == "throughput":
         keys = stage_key(arcs)
-        top = _first(np.unique(keys), lambda t: graph.optimum(keys <= t) is not None)
+        top = graph.minimax(keys, allowed)
         allowed = keys <= top
         best = graph.optimum(allowed)
     mass_star, time_star = best
@@ -197,7 +266,10 @@ def solve_dp(arcs: Arcs, limits: Limits | None = None) -> Solution:
     spares = np.unique(arcs.spare[allowed])[::-1]  # largest first: the most spare a tied plan keeps
     spare = _first(spares, lambda v: tied(allowed & (arcs.spare >= v)))
     allowed &= arcs.spare >= spare
-    worst = _first(np.unique(arcs.bottleneck[allowed]), lambda b: tied(allowed & (arcs.bottleneck <= b)))
+    values = np.unique(
+        arcs.bottleneck[allowed & (arcs.bottleneck >= _minimax(arcs, arcs.bottleneck, allowed))]
+    )
+    worst = _first(values, lambda b: tied(allowed & (arcs.bottleneck <= b)))
     allowed &= arcs.bottleneck <= worst
     cuts = _greedy_cuts(graph, allowed, good)
     gpus = _greedy_order(graph, allowed, cuts, good)
@@ -236,9 +308,10 @@ def _greedy_cuts(graph: _Graph, allowed: np.ndarray, good) -> list[int]:
     while at < n:
         options = []
         for level, (pm, pt) in states.items():
-            for nxt, ids in graph.leaving(level):
+            for nxt, link in graph.leaving(level):
                 if nxt not in back:
                     continue
+                ids = graph.by_link[link]
                 ids = ids[allowed[ids] & (a.start[ids] == at)]
                 bm, bt = back[nxt]
                 total_m = pm + a.mass[ids] + bm[a.end[ids]]
@@ -265,10 +338,11 @@ def _greedy_order(graph: _Graph, allowed: np.ndarray, cuts: list[int], good) -> 
     level, m, t, gpus = graph.levels[0], 0, 0, []
     for s in range(len(bounds) - 1):
         options = []
-        for nxt, ids in graph.leaving(level):
+        for nxt, link in graph.leaving(level):
+            ids = graph.by_link[link]
             ids = ids[fixed[ids] & (a.start[ids] == bounds[s])]
             if len(ids) and nxt in back:
-                options.append((graph.gpu_of(level, nxt, int(ids[0])), nxt, int(ids[0])))
+                options.append((graph.gpu_of(level, link), nxt, int(ids[0])))
         for g, nxt, i in sorted(options):  # smallest GPU first
             bm, bt = back[nxt]
             if bm[a.end[i]] >= 0 and good(m + a.mass[i] + bm[a.end[i]], t + a.time[i] + bt[a.end[i]]):
