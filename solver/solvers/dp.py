@@ -202,16 +202,45 @@ class _Graph:
 
     def optimum(self, allowed: np.ndarray) -> tuple[int, int] | None:
         """Best (mass, time) of a whole plan using only ``allowed`` arcs."""
+        got = self.best_plan(allowed, trace=False)
+        return None if got is None else got[:2]
+
+    def best_plan(self, allowed: np.ndarray, trace: bool = True) -> tuple[int, int, list[int]] | None:
+        """Best (mass, time) of a whole plan on ``allowed`` arcs and, traced back, the arcs of one."""
         table = self.forward(allowed)
         if self.final not in table or table[self.final][0][-1] < 0:
             return None
-        return int(table[self.final][0][-1]), int(table[self.final][1][-1])
+        a = self.arcs
+        m, t = int(table[self.final][0][-1]), int(table[self.final][1][-1])
+        level, at, plan = self.final, a.n_layers, []
+        while trace and at > 0:  # a predecessor whose value plus the arc makes this one exists
+            for linked, link in self.entering(level):
+                if linked not in table:
+                    continue
+                lm, lt = table[linked]
+                ids = self.by_link[link]
+                ids = ids[allowed[ids] & (a.end[ids] == at)]
+                ok = (lm[a.start[ids]] >= 0) & (lm[a.start[ids]] + a.mass[ids] == m)
+                ok &= lt[a.start[ids]] + a.time[ids] == t
+                if ok.any():
+                    i = int(ids[ok][0])
+                    plan.append(i)
+                    level, at, m, t = linked, int(a.start[i]), m - int(a.mass[i]), t - int(a.time[i])
+                    break
+        return int(table[self.final][0][-1]), int(table[self.final][1][-1]), plan
 
 
-def _first(values: np.ndarray, ok) -> int:
+def _first(values: np.ndarray, ok, last_likely: bool = False) -> int:
     """The first of ``values`` where ``ok`` holds, by bisection: ``ok`` must fail on a prefix of
-    them and hold on the rest, and hold on the last (never tried, so one value costs nothing)."""
+    them and hold on the rest, and hold on the last (never tried, so one value costs nothing).
+
+    ``last_likely`` tries the second last first, so an answer at the last value costs one pass.
+    """
     lo, hi = 0, len(values) - 1
+    if last_likely and hi > 0:
+        if not ok(values[hi - 1]):
+            return int(values[hi])
+        hi -= 1
     while lo < hi:
         mid = (lo + hi) // 2
         if ok(values[mid]):
@@ -244,16 +273,17 @@ def solve_dp(arcs: Arcs, limits: Limits | None = None) -> Solution:
         return Solution("dp", "infeasible", info={"wall_ms": (time.perf_counter() - t0) * 1e3})
 
     allowed = np.ones(len(arcs), dtype=bool)
-    best = graph.optimum(allowed)
-    if best is None:
-        return infeasible()
     top = 0
     if arcs.objective == "throughput":
         keys = stage_key(arcs)
         top = graph.minimax(keys, allowed)
+        if top is None:
+            return infeasible()
         allowed = keys <= top
-        best = graph.optimum(allowed)
-    mass_star, time_star = best
+    best = graph.best_plan(allowed)
+    if best is None:
+        return infeasible()
+    mass_star, time_star, plan = best
     cap = arcs.time_cap(time_star)
 
     def good(m: int | np.ndarray, t: int | np.ndarray) -> bool | np.ndarray:
@@ -265,11 +295,14 @@ def solve_dp(arcs: Arcs, limits: Limits | None = None) -> Solution:
 
     spares = np.unique(arcs.spare[allowed])[::-1]  # largest first: the most spare a tied plan keeps
     spare = _first(spares, lambda v: tied(allowed & (arcs.spare >= v)))
-    allowed &= arcs.spare >= spare
-    values = np.unique(
-        arcs.bottleneck[allowed & (arcs.bottleneck >= _minimax(arcs, arcs.bottleneck, allowed))]
-    )
-    worst = _first(values, lambda b: tied(allowed & (arcs.bottleneck <= b)))
+    if len(spares) > 1:
+        allowed &= arcs.spare >= spare
+        plan = graph.best_plan(allowed)[2]  # a tied plan with that spare
+    # the smallest bottleneck of a tied plan lies between a path bound and that of the plan found,
+    # and on the rigs measured is most often that plan's own
+    low, high = _minimax(arcs, arcs.bottleneck, allowed), int(arcs.bottleneck[plan].max())
+    values = np.unique(arcs.bottleneck[allowed & (arcs.bottleneck >= low) & (arcs.bottleneck <= high)])
+    worst = _first(values, lambda b: tied(allowed & (arcs.bottleneck <= b)), last_likely=True)
     allowed &= arcs.bottleneck <= worst
     cuts = _greedy_cuts(graph, allowed, good)
     gpus = _greedy_order(graph, allowed, cuts, good)
