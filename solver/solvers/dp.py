@@ -108,25 +108,31 @@ class _Graph:
         return int(self.members[link][self.counts[level][link]])
 
     def _links(self, allowed: np.ndarray, backward: bool) -> list[tuple]:
-        """Each link's allowed arcs as (from boundary, to boundary, mass, time); forward from = start.
+        """Each link's allowed arcs, to step a state's values by one more arc.
 
-        A free order's links are also laid out as dense [from, to] matrices (mass -BIG and time
-        BIG where there is no arc): its states then step by min-plus products, which numpy does
-        far faster than sorting each state's candidate arcs. A fixed order has k + 1 levels and
-        keeps the sparse arcs, so a long model never needs (L+1)^2 tables.
+        Sparse, ("arcs", from boundary, to boundary, mass, time) with forward from = start; or,
+        where the arcs fill much of their block of boundaries (a free order's usual case), dense
+        ("block", first row, first column, mass, time) matrices indexed [from, to], mass -BIG and
+        time BIG where there is no arc. Dense steps are min-plus products, which numpy does far
+        faster than sorting each state's candidate arcs; a fixed order has only k + 1 levels and
+        a sparse long model never needs (L+1)^2 tables.
         """
-        a, n = self.arcs, self.arcs.n_layers + 1
-        out = []
+        a, out = self.arcs, []
         for ids in self.by_link:
             ids = ids[allowed[ids]]
             src, dst = (a.end[ids], a.start[ids]) if backward else (a.start[ids], a.end[ids])
-            if not self.free_order:
-                out.append((src, dst, a.mass[ids], a.time[ids]))
+            if not len(ids):
+                out.append(("arcs", src, dst, a.mass[ids], a.time[ids]))
                 continue
-            mass = np.full((n, n), -BIG, dtype=np.int64)
-            cost = np.full((n, n), BIG, dtype=np.int64)
-            mass[src, dst], cost[src, dst] = a.mass[ids], a.time[ids]
-            out.append((mass, cost))
+            r0, c0 = int(src.min()), int(dst.min())
+            shape = (int(src.max()) + 1 - r0, int(dst.max()) + 1 - c0)
+            if not self.free_order or 64 * len(ids) < shape[0] * shape[1]:
+                out.append(("arcs", src, dst, a.mass[ids], a.time[ids]))
+                continue
+            mass = np.full(shape, -BIG, dtype=np.int64)
+            cost = np.full(shape, BIG, dtype=np.int64)
+            mass[src - r0, dst - c0], cost[src - r0, dst - c0] = a.mass[ids], a.time[ids]
+            out.append(("block", r0, c0, mass, cost))
         return out
 
     def forward(self, allowed: np.ndarray) -> dict[int, tuple[np.ndarray, np.ndarray]]:
@@ -140,19 +146,25 @@ class _Graph:
     def _step(self, link: tuple, lm: np.ndarray, lt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Best (mass, time) per boundary after one more arc of ``link`` from the values (lm, lt)."""
         n = len(lm)
-        if len(link) == 4:
-            src, dst, mass, cost = link
+        if link[0] == "arcs":
+            _, src, dst, mass, cost = link
             ok = lm[src] >= 0
             return _best(dst[ok], lm[src[ok]] + mass[ok], lt[src[ok]] + cost[ok], n)
-        mass, cost = link
-        rows = np.flatnonzero(lm >= 0)
+        m, t = np.full(n, NONE, dtype=np.int64), np.full(n, BIG, dtype=np.int64)
+        _, r0, c0, mass, cost = link
+        reach = np.flatnonzero(lm[r0 : r0 + len(mass)] >= 0)
+        if not len(reach):
+            return m, t
+        lo, hi = int(reach[0]), int(reach[-1]) + 1  # rows as a slice of the block: views, no copies
+        rows = slice(r0 + lo, r0 + hi)
+        cols = slice(c0, c0 + mass.shape[1])
         if self.lexicographic:  # no arc has mass -BIG, so sums through a missing arc stay negative
-            cm = lm[rows, None] + mass[rows]
-            m = cm.max(axis=0, initial=NONE)
-            t = np.where(cm == m[None, :], lt[rows, None] + cost[rows], BIG).min(axis=0, initial=BIG)
+            cm = np.where(lm[rows] >= 0, lm[rows], -BIG)[:, None] + mass[lo:hi]
+            m[cols] = cm.max(axis=0)
+            t[cols] = np.where(cm == m[None, cols], lt[rows, None] + cost[lo:hi], BIG).min(axis=0)
             m[m < 0] = NONE
         else:
-            t = (lt[rows, None] + cost[rows]).min(axis=0, initial=BIG)
+            t[cols] = (np.where(lm[rows] >= 0, lt[rows], BIG)[:, None] + cost[lo:hi]).min(axis=0)
             m = np.where(t < BIG // 2, 0, NONE)
         return m, np.where(m >= 0, t, BIG)
 
