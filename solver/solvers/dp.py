@@ -25,6 +25,8 @@ from solver.solvers import Limits, Solution, TooLarge, stage_key
 
 #: Class-count states the free-order DP takes: 2^12 for 12 distinct GPUs, far more GPUs in few classes.
 MAX_STATES_FREE_ORDER = 4096
+#: Dense (L+1)^2 cells over all of a free order's classes: two int64 tables each, at most 128 MiB.
+MAX_DENSE_CELLS = 2**23
 NONE = -1  # mass of an unreachable state
 BIG = np.iinfo(np.int64).max // 4  # time of an unreachable state; sums of two stay within int64
 
@@ -80,6 +82,9 @@ class _Graph:
                 raise TooLarge(
                     f"the free-order DP takes at most {MAX_STATES_FREE_ORDER:,} states, not {states:,}"
                 )
+            cells = len(self.members) * (arcs.n_layers + 1) ** 2
+            if cells > MAX_DENSE_CELLS:
+                raise TooLarge(f"the free-order DP's tables would take {cells:,} cells, not {MAX_DENSE_CELLS:,}")
             self.stride = np.concatenate([[1], np.cumprod(self.mult + 1)[:-1]]).astype(np.int64)
             self.counts = (np.arange(states)[:, None] // self.stride[None, :]) % (self.mult + 1)[None, :]
             self.by_link = [by_gpu[m[0]] for m in self.members]  # one GPU's arcs stand for its class
