@@ -84,7 +84,7 @@ class _Graph:
                 )
             cells = len(self.members) * (arcs.n_layers + 1) ** 2
             if cells > MAX_DENSE_CELLS:
-                raise TooLarge(f"the free-order DP's tables would take {cells:,} cells, not {MAX_DENSE_CELLS:,}")
+                raise TooLarge(f"the free-order DP's tables would hold {cells:,} cells, over 2^23")
             self.stride = np.concatenate([[1], np.cumprod(self.mult + 1)[:-1]]).astype(np.int64)
             self.counts = (np.arange(states)[:, None] // self.stride[None, :]) % (self.mult + 1)[None, :]
             self.by_link = [by_gpu[m[0]] for m in self.members]  # one GPU's arcs stand for its class
