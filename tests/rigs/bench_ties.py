@@ -22,6 +22,8 @@ RIGS = [
     "auto-9x23-sms1-fits",
     "distinct-10x130-auto",
     "near-10x130-auto",
+    "mem-10x130-auto",
+    "memnear-10x130-auto",
 ]
 
 
