@@ -17,6 +17,7 @@ solve small models.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -131,6 +132,7 @@ class _Chain:
     fixes: list[Fix] = field(default_factory=list)
     proven: bool = True
     bound: float | None = None
+    last_bound: float = 0.0
     solves: int = 0
 
     def keep(self, mask: np.ndarray, spare_chosen: bool = True) -> None:
@@ -159,12 +161,15 @@ class _Chain:
             s.parameters.max_time_in_seconds = max(0.01, self.deadline - time.perf_counter())
         return s
 
-    def solve(self, objective: Objective, sense: str, progress: bool = False) -> tuple[str, int | None]:
+    def solve(
+        self, objective: Objective, sense: str, progress: bool = False, gap: int = 0
+    ) -> tuple[str, int | None]:
         """Build the model on the arcs in play, apply the fixed levels, optimise one more.
 
         Returns ("optimal", value), ("infeasible", None), or ("stopped", None) when the deadline
         cut the proof short (``proven`` turns False and ``bound`` keeps CP-SAT's bound). A
-        solution found on the way replaces ``chosen``.
+        solution found on the way replaces ``chosen``. With ``gap``, "optimal" means within that
+        many units of CP-SAT's bound, kept in ``last_bound``.
         """
         m, x = _build(self.arcs)
         for fix in self.fixes:
@@ -185,6 +190,7 @@ class _Chain:
             else:
                 cb = _Progress(self.limits.progress, "window ms", lambda v: (a.const_time + v) / a.time_scale)
         s = self._solver()
+        s.parameters.absolute_gap_limit = gap
         status = s.solve(m, cb)
         self.solves += 1
         if status == cp_model.MODEL_INVALID:
@@ -200,6 +206,7 @@ class _Chain:
             self.proven = False
             self.bound = s.best_objective_bound
             return "stopped", None
+        self.last_bound = s.best_objective_bound
         return "optimal", int(expr[picked].sum()) if isinstance(expr, np.ndarray) else int(s.value(expr))
 
     def step(self, objective: Objective, sense: str, progress: bool = False) -> int | None:
@@ -242,7 +249,7 @@ def solve_cpsat(arcs: Arcs, limits: Limits | None = None, hint: Solution | None 
         if chain.chosen is not None and arcs.objective in ("time", "throughput"):
             cap = arcs.time_cap(int(arcs.time[chain.chosen].sum()))
             chain.keep(best_through(chain.arcs, chain.arcs.time, "min") <= cap)
-        best_time = chain.step(lambda m, x, a: a.time, "min", progress=arcs.objective == "time")
+        best_time = _time_level(chain, progress=arcs.objective == "time")
         done = best_time is not None
         if arcs.objective == "time":
             bound = arcs.window_ms(best_time) if done else _ms(arcs, chain.bound)
@@ -259,6 +266,35 @@ def solve_cpsat(arcs: Arcs, limits: Limits | None = None, hint: Solution | None 
     if bound is None or status == "feasible":
         bound = _tighter(arcs.objective, bound, relaxed_bound(arcs))
     return Solution("cp-sat", status, gpus, cuts, bound, info)
+
+
+def _time_level(chain: _Chain, progress: bool) -> int | None:
+    """The smallest window key: a plan's summed time there, or None if stopped or infeasible.
+
+    Plans compare in whole 1e-6 ms, so CP-SAT need not prove the fine optimum inside the best key
+    (on rigs of near-equal plans that proof ran past 20 s for a 5e-13 gap): it stops within a key
+    of its bound, and when the bound does not settle the incumbent's key, one feasibility solve
+    asks for a plan a key better.
+    """
+    a = chain.root
+    while True:
+        state, value = chain.solve(lambda m, x, a: a.time, "min", progress, gap=a.coarse - 1)
+        if state == "infeasible":
+            chain.proven = chain.chosen is None
+        if state != "optimal":
+            return None
+        bound = chain.last_bound
+        if abs(bound) < 2**52 and a.time_key(math.ceil(bound)) >= a.time_key(value):
+            return value
+        below = a.time_cap(value) - a.coarse  # the largest summed time of a key one smaller
+        chain.fixes.append(lambda m, x, arcs, v=below: _bound_total(m, arcs.time, cp_model.INT_MIN, v))
+        state = _feasible(chain, np.ones(len(chain.arcs), dtype=bool))
+        chain.fixes.pop()
+        if state == "infeasible":
+            return value
+        if state == "stopped":
+            chain.proven = False
+            return None
 
 
 def _feasible(chain: _Chain, within: np.ndarray) -> str:
@@ -337,6 +373,9 @@ def _ms(arcs: Arcs, bound: float | None) -> float | None:
 
 
 MAX_TIES = 8
+#: A gap no objective reaches: the solve stops at its first plan. The tie-break solves below need
+#: any plan within the tie set (a constraint), not the finest time inside it, whose proof is slow.
+ANY_PLAN = 2**62
 
 
 def _enumerate_ties(chain: _Chain) -> bool | None:
@@ -351,7 +390,7 @@ def _enumerate_ties(chain: _Chain) -> bool | None:
     fixes = list(chain.fixes)
     while len(found) <= MAX_TIES:
         chain.fixes = fixes + [_exclude(chain, plan) for plan in found]
-        state, _ = chain.solve(lambda m, x, a: a.time, "min")
+        state, _ = chain.solve(lambda m, x, a: a.time, "min", gap=ANY_PLAN)
         if state == "stopped":
             chain.fixes, chain.chosen = fixes, found[0]
             return None
@@ -393,7 +432,7 @@ def _bottleneck_descent(chain: _Chain) -> bool:
         worst = int(chain.root.bottleneck[chain.chosen].max())
         arcs, ids, chosen = chain.arcs, chain.ids, chain.chosen
         chain.keep(arcs.bottleneck < worst, spare_chosen=False)
-        state, _ = chain.solve(lambda m, x, a: a.time, "min")
+        state, _ = chain.solve(lambda m, x, a: a.time, "min", gap=ANY_PLAN)
         if state == "stopped":
             chain.arcs, chain.ids = arcs, ids
             chain.chosen = chain.chosen if chain.chosen is not None else chosen
