@@ -153,6 +153,11 @@ def _core_reason(p: Problem, table: Table, time_limit: float = 10.0) -> str:
 
     core = list(range(len(rules)))
     if not infeasible(core):
+        if p.host_memory is not None:  # the GPUs' own rules admit a placement: the host limit binds
+            return (
+                f"every placement that fits the GPUs leaves more expert weights in host memory than "
+                f"host_memory allows ({format_size(p.host_memory)})"
+            )
         return f"no way to cut the {n} layers over the {k} GPUs fits every GPU's memory and layer limits"
     for r in list(core):
         trial = [c for c in core if c != r]
