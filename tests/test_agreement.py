@@ -12,10 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from solver.arcs import SPARE_UNLIMITED, build_arcs, gpu_classes
+from solver.engines import build_table
 from solver.planner import dp_hint, solve_plan
 from solver.problem import load_problem
-from solver.engines import build_table
-from solver.rangewalk import walk_table
 from solver.solvers import Limits, TooLarge, plan_arcs, plan_score
 from solver.solvers.cpsat import solve_cpsat
 from solver.solvers.dp import solve_dp
@@ -69,7 +68,7 @@ def side_levels(draw: st.DrawFn):
     """A random rig's arcs with random spare KV per arc (a few values, so plans tie on the objective
     and differ in spare, or unlimited) and a host-memory limit that binds or not (or none)."""
     p = draw(problems())
-    arcs = build_arcs(p, walk_table(p))
+    arcs = build_arcs(p, build_table(p))
     rng = np.random.default_rng(draw(st.integers(0, 10**6)))
     n = arcs.n_layers + 1  # a stage's spare depends on its GPU (identical GPUs alike) and range
     table = rng.integers(0, 4, (arcs.n_gpus, n, n))

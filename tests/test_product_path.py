@@ -15,9 +15,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from solver.arcs import build_arcs
+from solver.engines import build_table
 from solver.planner import plan_rig, solve_plan
 from solver.problem import load_problem
-from solver.rangewalk import walk_table
 from solver.solvers import Limits
 from solver.solvers.exhaustive import solve_exhaustive
 
@@ -64,6 +64,6 @@ def problems(draw: st.DrawFn):
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(problems())
 def test_product_path_matches_exhaustive_enumeration(p):
-    arcs = build_arcs(p, walk_table(p))
+    arcs = build_arcs(p, build_table(p))
     got, ex = solve_plan(arcs, Limits(workers=1)), solve_exhaustive(arcs)
     assert (got.status, got.gpus, got.cuts) == (ex.status, ex.gpus, ex.cuts)

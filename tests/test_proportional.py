@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from solver.arcs import build_arcs
-from solver.rangewalk import walk_table
+from solver.engines import build_table
 from solver.solvers import plan_arcs
 from solver.solvers.proportional import proportional_cuts
 
@@ -43,7 +43,7 @@ def test_cuts_follow_the_spec_or_there_is_no_split(layer_ms, n, first):
 def test_plan_arcs_never_wraps_bounds_outside_the_model():
     """Negative or non-increasing bounds are no arc; numpy would read idx[g, 0, -1] as idx[g, 0, L]."""
     p = random_problem(0, n_layers=4, n_gpus=2, experts=3, tight=5.0)
-    arcs = build_arcs(p, walk_table(p))
+    arcs = build_arcs(p, build_table(p))
     assert (plan_arcs(arcs, (0, 1), (2,)) >= 0).all()
     for cuts in [(-1,), (-3,), (0,), (4,), (5,)]:
         assert plan_arcs(arcs, (0, 1), cuts).tolist() == [-1, -1], cuts

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from solver.arcs import MASS_SCALE, Arcs
+from solver.arcs import Arcs
+from solver.problem import MASS_SCALE
 
 
 @dataclass(frozen=True)
