@@ -19,9 +19,9 @@ from solver.problem import Problem
 
 @dataclass
 class Baseline:
-    """The engine's default split, evaluated; ``plan`` is None when its cuts are not even a split.
+    """The engine's default split, evaluated; ``plan`` is None when there is no split (``reason`` says why).
 
-    ``note`` says what the default is (or why there is none) in a few words for the report.
+    ``note`` says what the default is in a few words for the report.
     """
 
     cuts: list[int]
@@ -29,6 +29,7 @@ class Baseline:
     plan: Placement | None
     name: str = "proportional"
     note: str = ""
+    reason: str | None = None
 
 
 def _cuts(counts: list[int]) -> list[int]:
@@ -41,12 +42,16 @@ def engine_baseline(p: Problem) -> Baseline:
     if p.engine in ("vllm", "sglang"):
         cuts = _cuts(default_partition(p.engine, p.n_layers, k))
         if not bounds_ok(p, cuts):
-            return Baseline(cuts, False, None, "even", "more GPUs than layers")
+            return Baseline(
+                cuts, False, None, "even", reason="the rig has more GPUs than the model has layers"
+            )
         plan = evaluate(p, gpus, cuts)
         return Baseline(cuts, feasible(p, plan), plan, "even", "the engine's even partition")
     cuts = _cuts(free_memory_split(p.free, p.n_layers))
     if not bounds_ok(p, cuts):
-        return Baseline(cuts, False, None, "free-memory", "the free-memory split leaves a GPU without layers")
+        return Baseline(
+            cuts, False, None, "free-memory", reason="the free-memory split leaves a GPU without layers"
+        )
     for n_cpu in range(p.n_layers + 1):
         plan = evaluate(p, gpus, cuts, partial(cpu_moe_fill, n_cpu_moe=n_cpu))
         if feasible(p, plan):

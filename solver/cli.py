@@ -134,8 +134,8 @@ def _progress(enabled: bool) -> tuple[Callable[[str, float, float], None] | None
 @click.option("--profile", type=click.Path(path_type=Path), help="Routing profile, instead of the model's.")
 @click.option(
     "--objective",
-    type=click.Choice(["time", "mass"]),
-    help="Minimise window time, or maximise held mass.",
+    type=click.Choice(["time", "mass", "throughput"]),
+    help="Minimise window time, maximise held mass, or minimise the slowest stage (throughput).",
 )
 @click.option(
     "--order",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from solver.arcs import Arcs, best_through
@@ -78,11 +80,12 @@ def explain(p: Problem, table: Table, arcs: Arcs | None = None) -> str:
                 f"{_gpu(p, g)} cannot hold its minimum of {_layers(b - a)} ({_span(a, b)}): it needs "
                 f"{format_size(int(need[a, b]))} and has {format_size(avail[g])} after its reserve"
             )
-    weights = int(p.layer_bytes.sum()) + k * p.stage_bytes + p.first_stage_bytes + p.last_stage_bytes
+    weights = int(need[0, n]) + (k - 1) * p.stage_bytes  # the whole model as one range, k stages' buffers
     total = sum(max(x, 0) for x in avail)
     if weights > total:
+        what = "weights, every expert, session" if p.engine in ("vllm", "sglang") else "weights, session"
         return (
-            f"the {n} layers need {format_size(weights)} for weights, session and stage buffers; "
+            f"the {n} layers need {format_size(weights)} for {what} and stage buffers; "
             f"the {k} GPUs have {format_size(total)} free after reserves"
         )
     length = np.arange(n + 1)[None, :] - np.arange(n + 1)[:, None]
@@ -108,7 +111,9 @@ def _core_reason(p: Problem, table: Table, time_limit: float = 10.0) -> str:
 
     One assumption per GPU says "its memory limit holds", one per GPU "its layer limits hold",
     and one "first_stage_min_layers holds". The core is shrunk by deletion to a minimal set: each
-    rule in it is needed for the conflict, so relaxing any one of them makes a plan possible.
+    rule in it is needed for the conflict, so relaxing any one of them makes a plan possible. All
+    solves share ``time_limit`` seconds; a rule whose test runs out of time stays in the set, which
+    is then still a conflict but no longer claimed minimal.
     """
     from ortools.sat.python import cp_model
 
@@ -144,15 +149,25 @@ def _core_reason(p: Problem, table: Table, time_limit: float = 10.0) -> str:
             model.add(sum(x[j] for j in np.flatnonzero(b == q)) == sum(x[j] for j in np.flatnonzero(a == q)))
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1
-    solver.parameters.max_time_in_seconds = time_limit
+    deadline = time.perf_counter() + time_limit
+    timed_out = False
 
     def infeasible(active: list[int]) -> bool:
+        nonlocal timed_out
         model.clear_assumptions()
         model.add_assumptions([lits[r] for r in active])
-        return solver.solve(model) == cp_model.INFEASIBLE
+        solver.parameters.max_time_in_seconds = max(0.05, deadline - time.perf_counter())
+        status = solver.solve(model)
+        timed_out |= status == cp_model.UNKNOWN
+        return status == cp_model.INFEASIBLE
 
     core = list(range(len(rules)))
     if not infeasible(core):
+        if p.host_memory is not None:  # the GPUs' own rules admit a placement: the host limit binds
+            return (
+                f"every placement that fits the GPUs leaves more expert weights in host memory than "
+                f"host_memory allows ({format_size(p.host_memory)})"
+            )
         return f"no way to cut the {n} layers over the {k} GPUs fits every GPU's memory and layer limits"
     for r in list(core):
         trial = [c for c in core if c != r]
@@ -169,4 +184,6 @@ def _core_reason(p: Problem, table: Table, time_limit: float = 10.0) -> str:
     if rules.index(("first", -1)) in core:
         names.append(f"first_stage_min_layers {p.first_stage_min_layers}")
     listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+    if timed_out:
+        return f"no split respects {listed} at once"
     return f"no split respects {listed} at once; relaxing any one of them makes a plan possible"

@@ -50,12 +50,17 @@ def _gap(value: float | None, bound: float | None) -> float | None:
     return abs(value - bound) / max(abs(value), 1e-12)
 
 
+def _objective_value(plan: Placement, objective: str) -> float:
+    """What the objective (and so ``solver.bound``) measures: window ms, held mass, or slowest stage ms."""
+    return {"time": plan.window_ms, "mass": plan.held_mass}.get(objective, plan.bottleneck_ms)
+
+
 def to_json(r: Result) -> dict:
     """The ``--json`` object: required keys of SPEC 5 plus order, context and a few counts."""
     p, plan = r.problem, r.plan
     sol = r.solution
     proven = r.status == "optimal"
-    objective_value = None if plan is None else (plan.window_ms if p.objective == "time" else plan.held_mass)
+    objective_value = None if plan is None else _objective_value(plan, p.objective)
     bound = objective_value if proven else sol.bound
     out: dict = {
         "rig": p.rig,
@@ -93,6 +98,8 @@ def to_json(r: Result) -> dict:
         "held_pairs": base.held_pairs if base else None,
         "bottleneck_ms": base.bottleneck_ms if base else None,
     }
+    if r.baseline.reason:
+        out["baseline"]["reason"] = r.baseline.reason
     out["solver"] = {
         "name": sol.name,
         "proven_optimal": proven,
@@ -196,6 +203,8 @@ def print_report(r: Result, console: Console) -> None:
     if plan is None:
         console.print(f"[bold]{title}[/bold]")
         console.print(f"[red]{r.status}[/red]: {r.reason}")
+        if r.baseline.reason:
+            console.print(f"baseline: {r.baseline.reason}")
         return
     t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
     columns = _COLUMNS[p.engine] + ([_STAGE] if p.objective == "throughput" else [])
@@ -223,7 +232,7 @@ def print_report(r: Result, console: Console) -> None:
     sol = r.solution
     proof = "optimal (proven)" if r.status == "optimal" else f"{r.status}, not proven"
     if r.status != "optimal" and sol.bound is not None:
-        unit = "ms" if p.objective == "time" else ""
+        unit = "" if p.objective == "mass" else " ms"
         proof += f"; bound {sol.bound:.6g}{unit}"
     console.print(
         f"{sol.name}: {proof}, engine {p.engine}, objective {p.objective}, order {p.order}; "

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
+import numpy as np
 import pytest
 from factory import random_problem
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from solver.arcs import build_arcs
+from solver.arcs import SPARE_UNLIMITED, build_arcs, gpu_classes
 from solver.engines import build_table
-from solver.planner import dp_hint
+from solver.planner import dp_hint, solve_plan
 from solver.problem import load_problem
-from solver.solvers import Limits, plan_score
+from solver.solvers import Limits, TooLarge, plan_arcs, plan_score
 from solver.solvers.cpsat import solve_cpsat
 from solver.solvers.dp import solve_dp
 from solver.solvers.exhaustive import solve_exhaustive
@@ -44,7 +46,7 @@ def problems(draw: st.DrawFn):
         n_gpus=k,
         experts=draw(st.integers(1, 6)),
         order=draw(st.sampled_from(["as-given", "auto"])),
-        objective=draw(st.sampled_from(["time", "mass"])),
+        objective=draw(st.sampled_from(["time", "mass", "throughput"])),
         tight=draw(st.floats(0.7, 2.0)),  # the tight end still gives infeasible rigs
         twins=draw(st.booleans()),
     )
@@ -61,6 +63,43 @@ def test_three_solvers_agree_on_random_small_rigs(p):
         assert plan_score(arcs, ex.gpus, ex.cuts) is not None
 
 
+@st.composite
+def side_levels(draw: st.DrawFn):
+    """A random rig's arcs with random spare KV per arc (a few values, so plans tie on the objective
+    and differ in spare, or unlimited) and a host-memory limit that binds or not (or none)."""
+    p = draw(problems())
+    arcs = build_arcs(p, build_table(p))
+    rng = np.random.default_rng(draw(st.integers(0, 10**6)))
+    n = arcs.n_layers + 1  # a stage's spare depends on its GPU (identical GPUs alike) and range
+    table = rng.integers(0, 4, (arcs.n_gpus, n, n))
+    table[rng.random(table.shape) < 0.3] = SPARE_UNLIMITED
+    spare = table[gpu_classes(arcs)[arcs.gpu], arcs.start, arcs.end]
+    limit = None
+    if len(arcs) and draw(st.booleans()):
+        limit = int(draw(st.floats(0.1, 1.2)) * arcs.n_gpus * float(np.median(arcs.host)))
+    return dataclasses.replace(arcs, spare=spare.astype(np.int64), host_limit=limit)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(side_levels())
+def test_spare_and_host_limit_agree(arcs):
+    """CP-SAT and exhaustive enumeration agree with the spare level and the host-memory limit; the DP
+    agrees whenever it answers (it refuses when its unconstrained optimum breaks the limit)."""
+    ex, cp = solve_exhaustive(arcs), solve_cpsat(arcs, Limits(workers=1))
+    assert (cp.status, cp.gpus, cp.cuts) == (ex.status, ex.gpus, ex.cuts)
+    # the product path: the DP, or CP-SAT hinted by a DP plan that may break the limit
+    product = solve_plan(arcs, Limits(workers=1))
+    assert (product.status, product.gpus, product.cuts) == (ex.status, ex.gpus, ex.cuts)
+    try:
+        dp = solve_dp(arcs)
+    except TooLarge:
+        assert arcs.host_limit is not None
+        return
+    assert (dp.status, dp.gpus, dp.cuts) == (ex.status, ex.gpus, ex.cuts)
+    if ex.found and arcs.host_limit is not None:
+        assert arcs.host[plan_arcs(arcs, ex.gpus, ex.cuts)].sum() <= arcs.host_limit
+
+
 @pytest.mark.parametrize("seed", range(12))
 def test_cpsat_matches_dp_on_larger_rigs(seed):
     p = random_problem(
@@ -70,7 +109,7 @@ def test_cpsat_matches_dp_on_larger_rigs(seed):
         experts=24,
         tight=0.9,
         order="auto" if seed % 2 else "as-given",
-        objective="mass" if seed % 4 == 3 else "time",
+        objective=("time", "mass", "throughput")[seed % 3],
     )
     arcs = build_arcs(p, build_table(p))
     dp, cp = solve_dp(arcs), solve_cpsat(arcs, Limits(workers=2))
@@ -78,7 +117,7 @@ def test_cpsat_matches_dp_on_larger_rigs(seed):
 
 
 @pytest.mark.parametrize("rig", sorted((ROOT / "rigs").glob("*.yaml")), ids=lambda p: p.stem)
-@pytest.mark.parametrize("objective", ["time", "mass"])
+@pytest.mark.parametrize("objective", ["time", "mass", "throughput"])
 def test_shipped_rigs_agree(rig, objective):
     from solver.problem import Overrides
 

@@ -79,7 +79,7 @@ def test_box_json_has_the_spec_keys_and_adds_up():
     assert base["name"] == "proportional" and len(base["cuts"]) == 3
     assert d["window_ms"] <= base["window_ms"]  # never worse than the proportional baseline
     sol = d["solver"]
-    assert sol["name"] == "cp-sat" and sol["proven_optimal"] is True and sol["gap"] == 0.0
+    assert sol["name"] == "dp" and sol["proven_optimal"] is True and sol["gap"] == 0.0
     assert sol["bound"] == pytest.approx(d["window_ms"], rel=1e-9)
     assert sol["table_ms"] <= sol["wall_ms"]
     assert "oracle" not in d
@@ -96,8 +96,7 @@ def test_check_disagreement_exits_4(monkeypatch):
     def wrong(arcs, limits=None):
         return Solution("exhaustive", "optimal", tuple(range(arcs.n_gpus)), (2, 3, 4), info={"wall_ms": 0.0})
 
-    monkeypatch.setattr(solver.planner, "solve_exhaustive", wrong)
-    monkeypatch.setattr(solver.planner, "solve_dp", wrong)
+    monkeypatch.setattr(solver.planner, "solve_exhaustive", wrong)  # the box's oracle; the DP plans it
     code, out, _ = run(BOX, "--json", "--check")
     assert code == 4
     assert json.loads(out)["oracle"]["agrees"] is False

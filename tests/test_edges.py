@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from click.testing import CliRunner
 from clirun import input_error, invoke, outcome
 
+from solver.cli import cli
 from solver.problem import BYTE_LIMIT
 from solver.units import INT64_MAX
 
@@ -87,6 +89,32 @@ def test_as_many_gpus_as_layers(rig, order):
 def test_more_gpus_than_layers(rig):
     reason = infeasible(rig([gpu(1000)] * 5))
     assert reason == "the rig has 5 GPUs but the model only 4 layers; every GPU must run at least one layer"
+
+
+@pytest.mark.parametrize("order", ["as-given", "auto"])
+@pytest.mark.parametrize(("layers", "gpus"), [(2, 3), (2, 7), (2, 9), (4, 5), (4, 8), (4, 11), (4, 13)])
+def test_many_more_gpus_than_layers_is_infeasible_without_a_baseline(rig, order, layers, gpus):
+    """G >= 2L + 3 crashed in the baseline (its clamp gave negative cuts); any G > L gives exit 3,
+    the reason, and a baseline that says there is no proportional split."""
+    doc = model(layers=layers)
+    path = rig([gpu(1000)] * gpus, model_doc=doc, profile=every_pair(layers), order=order)
+    reason = infeasible(path)
+    assert reason == (
+        f"the rig has {gpus} GPUs but the model only {layers} layers; every GPU must run at least one layer"
+    )
+    base = json.loads(invoke(path).stdout)["baseline"]
+    assert base["cuts"] == [] and base["feasible"] is False and base["window_ms"] is None
+    assert base["reason"] == f"no proportional split: {gpus} GPUs cannot each run a layer of {layers}"
+    text = CliRunner().invoke(cli, [str(path), "--workers", "1"])
+    assert text.exit_code == 3 and "no proportional split" in text.stdout
+
+
+def test_first_stage_minimum_leaves_no_proportional_split(rig):
+    """lo_0 = 3 > hi_0 = 4 - 2: the baseline has no split (clamping to hi would give cuts 2, 3)."""
+    path = rig([gpu(1000)] * 3, first_stage_min_layers=3)
+    infeasible(path)
+    base = json.loads(invoke(path).stdout)["baseline"]
+    assert base["cuts"] == [] and "first_stage_min_layers" in base["reason"]
 
 
 def test_layers_with_no_experts(rig):

@@ -26,10 +26,19 @@ def test_stopped_proof_is_feasible_with_bound_and_gap():
     d = to_json(r)
     assert d["status"] == "feasible" and d["solver"]["proven_optimal"] is False
     bound = d["solver"]["bound"]
-    if bound is not None:  # a minimisation: the proven bound is below the plan's window
-        assert bound <= d["window_ms"] + 1e-9
-        assert d["solver"]["gap"] >= 0
+    assert bound is not None and bound <= d["window_ms"] + 1e-9  # a minimisation: below the plan's window
+    assert d["solver"]["gap"] >= 0
     assert all(what == "window ms" and b <= inc + 1e-9 for what, inc, b in seen)
+
+
+def test_stopped_proof_of_held_mass_has_a_bound_above_the_plan():
+    """Issue 8.3: a free-order plan stopped by the limit reports a proven bound, never null."""
+    p = dataclasses.replace(big_problem(), objective="mass")
+    r = plan_rig(p, Limits(time_limit=0.2, workers=1))
+    d = to_json(r)
+    assert d["status"] == "feasible"
+    assert d["solver"]["bound"] is not None and d["solver"]["bound"] >= d["held_mass"] - 1e-9
+    assert d["solver"]["gap"] is not None and d["solver"]["gap"] >= 0
 
 
 def test_generous_limit_still_proves_small_rigs():

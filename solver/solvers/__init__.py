@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from solver.arcs import Arcs
+from solver.problem import MASS_SCALE
 
 
 @dataclass(frozen=True)
@@ -52,10 +53,18 @@ class TooLarge(Exception):
 
 
 def plan_arcs(arcs: Arcs, gpus: tuple[int, ...], cuts: tuple[int, ...]) -> np.ndarray:
-    """Arc numbers of a plan's stages, -1 for a stage that is not a feasible arc."""
+    """Arc numbers of a plan's stages, -1 for a stage that is not a feasible arc.
+
+    Bounds outside 0..L never index the table (numpy would wrap a negative one onto another arc).
+    """
     idx = arcs.index()
     bounds = (0, *cuts, arcs.n_layers)
-    return np.array([idx[g, bounds[s], bounds[s + 1]] for s, g in enumerate(gpus)], dtype=np.int64)
+    n = arcs.n_layers
+
+    def arc(g: int, a: int, b: int) -> int:
+        return int(idx[g, a, b]) if 0 <= a < b <= n and 0 <= g < arcs.n_gpus else -1
+
+    return np.array([arc(g, bounds[s], bounds[s + 1]) for s, g in enumerate(gpus)], dtype=np.int64)
 
 
 def plan_score(arcs: Arcs, gpus: tuple[int, ...], cuts: tuple[int, ...]) -> tuple[int, int, int] | None:
@@ -64,3 +73,37 @@ def plan_score(arcs: Arcs, gpus: tuple[int, ...], cuts: tuple[int, ...]) -> tupl
     if (ids < 0).any():
         return None
     return int(arcs.mass[ids].sum()), int(arcs.time[ids].sum()), int(arcs.bottleneck[ids].max())
+
+
+def relaxed_bound(arcs: Arcs) -> float | None:
+    """A proven bound on the objective from a path pass over k stages, cheap at any size.
+
+    With the order as given, stage s is GPU s and the pass is exact; with a free order it lets a GPU
+    repeat, a relaxation. It ignores ``host_limit``, which only makes plans worse. Window ms for
+    time, held mass for mass, the slowest stage's ms for throughput (a min-max pass); None when no
+    path of k arcs covers the layers.
+    """
+    objective = arcs.objective
+    weight = {"mass": arcs.mass, "time": arcs.time}.get(objective, stage_key(arcs))
+    worst = np.iinfo(np.int64).min if objective == "mass" else np.iinfo(np.int64).max
+    better = np.maximum if objective == "mass" else np.minimum
+    n, k = arcs.n_layers, arcs.n_gpus
+    reach = np.full(n + 1, worst, dtype=np.int64)
+    reach[0] = 0
+    for s in range(k):
+        on = (reach[arcs.start] != worst) & ((arcs.gpu == s) if arcs.order == "as-given" else True)
+        nxt = np.full(n + 1, worst, dtype=np.int64)
+        came = reach[arcs.start[on]]
+        step = np.maximum(came, weight[on]) if objective == "throughput" else came + weight[on]
+        better.at(nxt, arcs.end[on], step)
+        reach = nxt
+    if reach[n] == worst:
+        return None
+    if objective == "mass":
+        return int(reach[n]) / MASS_SCALE
+    return int(reach[n]) / 10**6 if objective == "throughput" else arcs.window_ms(int(reach[n]))
+
+
+def stage_key(arcs: Arcs) -> np.ndarray:
+    """Each arc's ``stage`` time in whole units of 1e-6 ms, halves up: the throughput objective's key."""
+    return (arcs.stage + arcs.coarse // 2) // arcs.coarse

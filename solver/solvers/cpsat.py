@@ -5,9 +5,11 @@ end); every GPU takes exactly one arc; flow is conserved at every inner boundary
 arcs form one path from layer 0 to layer L. With the order as given, GPU s must hand over to GPU
 s+1 at the same boundary. With a free order, identical GPUs start in rig order (symmetry).
 
-The objective is lexicographic, solved as a chain of levels: held mass (mass objective), time
-(every plan within the best whole 1e-6 ms ties), the bottleneck, the cut list (a binary number
-over the boundaries, at most 60 at a time), then the GPU order (free order). After each level its
+The objective is lexicographic, solved as a chain of levels: held mass (mass objective) or the
+slowest stage (throughput objective: min-max, by bisection on a threshold with feasibility
+solves), time (every plan within the best whole 1e-6 ms ties), the plan's spare KV (max-min, the
+same way; no solve when no arc limits it), the bottleneck, the cut list, then the GPU order (free
+order). ``host_limit`` is one linear constraint in every model. After each level its
 proven value is kept as a constraint, and arcs that cannot belong to any plan meeting the levels so
 far are dropped (``solver.arcs.best_through`` bounds each arc's best whole plan), so later levels
 solve small models.
@@ -15,6 +17,7 @@ solve small models.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,7 +28,7 @@ from ortools.sat.python import cp_model
 
 from solver.arcs import Arcs, best_through, subset
 from solver.problem import MASS_SCALE
-from solver.solvers import Limits, Solution, plan_arcs
+from solver.solvers import Limits, Solution, plan_arcs, relaxed_bound, stage_key
 
 Fix = Callable[[cp_model.CpModel, list, Arcs], None]
 Objective = Callable[[cp_model.CpModel, list, Arcs], cp_model.LinearExpr | np.ndarray]
@@ -54,6 +57,8 @@ def _build(arcs: Arcs) -> tuple[cp_model.CpModel, list]:
     by_gpu = [np.flatnonzero(arcs.gpu == g) for g in range(k)]
     for ids in by_gpu:
         m.add_exactly_one(xs[ids].tolist())
+    if arcs.host_limit is not None:
+        _bound_total(m, arcs.host, 0, arcs.host_limit)
     if arcs.order == "as-given":
         for g in range(1, k):
             prev, cur = by_gpu[g - 1], by_gpu[g]
@@ -128,6 +133,7 @@ class _Chain:
     fixes: list[Fix] = field(default_factory=list)
     proven: bool = True
     bound: float | None = None
+    last_bound: float = 0.0
     solves: int = 0
 
     def keep(self, mask: np.ndarray, spare_chosen: bool = True) -> None:
@@ -156,12 +162,15 @@ class _Chain:
             s.parameters.max_time_in_seconds = max(0.01, self.deadline - time.perf_counter())
         return s
 
-    def solve(self, objective: Objective, sense: str, progress: bool = False) -> tuple[str, int | None]:
+    def solve(
+        self, objective: Objective, sense: str, progress: bool = False, gap: int = 0
+    ) -> tuple[str, int | None]:
         """Build the model on the arcs in play, apply the fixed levels, optimise one more.
 
         Returns ("optimal", value), ("infeasible", None), or ("stopped", None) when the deadline
         cut the proof short (``proven`` turns False and ``bound`` keeps CP-SAT's bound). A
-        solution found on the way replaces ``chosen``.
+        solution found on the way replaces ``chosen``. With ``gap``, "optimal" means within that
+        many units of CP-SAT's bound, kept in ``last_bound``.
         """
         m, x = _build(self.arcs)
         for fix in self.fixes:
@@ -182,6 +191,7 @@ class _Chain:
             else:
                 cb = _Progress(self.limits.progress, "window ms", lambda v: (a.const_time + v) / a.time_scale)
         s = self._solver()
+        s.parameters.absolute_gap_limit = gap
         status = s.solve(m, cb)
         self.solves += 1
         if status == cp_model.MODEL_INVALID:
@@ -197,6 +207,7 @@ class _Chain:
             self.proven = False
             self.bound = s.best_objective_bound
             return "stopped", None
+        self.last_bound = s.best_objective_bound
         return "optimal", int(expr[picked].sum()) if isinstance(expr, np.ndarray) else int(s.value(expr))
 
     def step(self, objective: Objective, sense: str, progress: bool = False) -> int | None:
@@ -214,7 +225,10 @@ def solve_cpsat(arcs: Arcs, limits: Limits | None = None, hint: Solution | None 
     deadline = None if limits.time_limit is None else t0 + limits.time_limit
     chain = _Chain(arcs, arcs, limits, np.arange(len(arcs)), deadline)
     if hint is not None and hint.found:
-        chain.chosen = plan_arcs(arcs, hint.gpus, hint.cuts)
+        chosen = plan_arcs(arcs, hint.gpus, hint.cuts)
+        # an incumbent prunes arcs by its value, so it must be a plan within the host-memory limit
+        if (chosen >= 0).all() and (arcs.host_limit is None or arcs.host[chosen].sum() <= arcs.host_limit):
+            chain.chosen = chosen
     bound = None
     done = len(arcs) > 0
     if done and arcs.objective == "mass":
@@ -228,11 +242,15 @@ def solve_cpsat(arcs: Arcs, limits: Limits | None = None, hint: Solution | None 
             chain.keep(best_through(chain.arcs, chain.arcs.mass, "max") >= best_mass)
         elif chain.bound is not None:
             bound = chain.bound / MASS_SCALE
+    if done and arcs.objective == "throughput":
+        top, lowest = _stage_level(chain)
+        done = top is not None
+        bound = (top if done else lowest) / 10**6 if lowest is not None else None
     if done:
-        if chain.chosen is not None and arcs.objective == "time":
+        if chain.chosen is not None and arcs.objective in ("time", "throughput"):
             cap = arcs.time_cap(int(arcs.time[chain.chosen].sum()))
             chain.keep(best_through(chain.arcs, chain.arcs.time, "min") <= cap)
-        best_time = chain.step(lambda m, x, a: a.time, "min", progress=arcs.objective == "time")
+        best_time = _time_level(chain, progress=arcs.objective == "time")
         done = best_time is not None
         if arcs.objective == "time":
             bound = arcs.window_ms(best_time) if done else _ms(arcs, chain.bound)
@@ -240,12 +258,115 @@ def solve_cpsat(arcs: Arcs, limits: Limits | None = None, hint: Solution | None 
             cap = arcs.time_cap(best_time)
             chain.fixes.append(lambda m, x, a, v=cap: _bound_total(m, a.time, cp_model.INT_MIN, v))
             chain.keep(best_through(chain.arcs, chain.arcs.time, "min") <= cap)
-    done = done and _tie_breaks(chain)
+    done = done and _spare_level(chain) and _tie_breaks(chain)
     info = {"wall_ms": (time.perf_counter() - t0) * 1e3, "solves": chain.solves, "arcs_left": len(chain.arcs)}
     if chain.chosen is None:
         return Solution("cp-sat", "infeasible" if chain.proven else "unknown", info=info)
     gpus, cuts = _read(arcs, chain.chosen)
-    return Solution("cp-sat", "optimal" if done and chain.proven else "feasible", gpus, cuts, bound, info)
+    status = "optimal" if done and chain.proven else "feasible"
+    if bound is None or status == "feasible":
+        bound = _tighter(arcs.objective, bound, relaxed_bound(arcs))
+    return Solution("cp-sat", status, gpus, cuts, bound, info)
+
+
+def _time_level(chain: _Chain, progress: bool) -> int | None:
+    """The smallest window key: a plan's summed time there, or None if stopped or infeasible.
+
+    Plans compare in whole 1e-6 ms, so CP-SAT need not prove the fine optimum inside the best key
+    (on rigs of near-equal plans that proof ran past 20 s for a 5e-13 gap): it stops within a key
+    of its bound, and when the bound does not settle the incumbent's key, one feasibility solve
+    asks for a plan a key better.
+    """
+    a = chain.root
+    while True:
+        state, value = chain.solve(lambda m, x, a: a.time, "min", progress, gap=a.coarse - 1)
+        if state == "infeasible":
+            chain.proven = chain.chosen is None
+        if state != "optimal":
+            return None
+        bound = chain.last_bound
+        if abs(bound) < 2**52 and a.time_key(math.ceil(bound)) >= a.time_key(value):
+            return value
+        below = a.time_cap(value) - a.coarse  # the largest summed time of a key one smaller
+        chain.fixes.append(lambda m, x, arcs, v=below: _bound_total(m, arcs.time, cp_model.INT_MIN, v))
+        state = _feasible(chain, np.ones(len(chain.arcs), dtype=bool))
+        chain.fixes.pop()
+        if state == "infeasible":
+            return value
+        if state == "stopped":
+            chain.proven = False
+            return None
+
+
+def _feasible(chain: _Chain, within: np.ndarray) -> str:
+    """Is there a plan on the arcs in play where ``within``, under the levels fixed so far?
+
+    "optimal" (yes: it becomes the incumbent), "infeasible", or "stopped"; the arcs in play stay.
+    """
+    arcs, ids, chosen = chain.arcs, chain.ids, chain.chosen
+    chain.keep(within, spare_chosen=False)
+    state, _ = chain.solve(lambda m, x, a: np.zeros(len(a), dtype=np.int64), "min")
+    chain.arcs, chain.ids = arcs, ids
+    if state != "optimal":
+        chain.chosen = chosen
+    return state
+
+
+def _threshold(chain: _Chain, values: np.ndarray, within: Callable[[Arcs, int], np.ndarray], value) -> tuple:
+    """Bisect ``values`` (best first) for the first one some plan meets, with feasibility solves.
+
+    ``within(arcs, v)`` marks the arcs a plan meeting v may use and ``value(plan)`` is a plan's own
+    value, which the incumbent shows feasible. Returns (the proven value or None if the deadline
+    stopped it, the best value not yet excluded); on success only arcs within it stay in play.
+    """
+    lo, hi = 0, len(values) - 1
+    if chain.chosen is not None:
+        hi = int(np.flatnonzero(values == value(chain.chosen))[0])
+    while lo < hi:
+        mid = (lo + hi) // 2
+        state = _feasible(chain, within(chain.arcs, values[mid]))
+        if state == "stopped":
+            return None, int(values[lo])
+        if state == "infeasible":
+            lo = mid + 1
+        else:
+            hi = int(np.flatnonzero(values == value(chain.chosen))[0])
+    chain.keep(within(chain.arcs, values[lo]))
+    return int(values[lo]), int(values[lo])
+
+
+def _stage_level(chain: _Chain) -> tuple[int | None, int | None]:
+    """Throughput: the smallest max stage key of any plan (min-max, by bisection on a threshold).
+
+    Returns (the proven key or None, a proven lower bound on it or None when nothing is known).
+    """
+    root = chain.root
+    keys = stage_key(root)
+    if chain.chosen is None:
+        state = _feasible(chain, np.ones(len(chain.arcs), dtype=bool))
+        if state != "optimal":
+            return None, None
+    values = np.unique(keys[chain.ids])
+    return _threshold(chain, values, lambda a, v: keys[chain.ids] <= v, lambda plan: keys[plan].max())
+
+
+def _spare_level(chain: _Chain) -> bool:
+    """The largest plan spare KV (max-min) among the plans tied so far; False if stopped.
+
+    Free when no arc limits the spare (one value, no solve)."""
+    spare = chain.root.spare
+    values = np.unique(spare[chain.ids])[::-1]
+    if len(values) == 1:
+        return True
+    got, _ = _threshold(chain, values, lambda a, v: a.spare >= v, lambda plan: spare[plan].min())
+    return got is not None
+
+
+def _tighter(objective: str, a: float | None, b: float | None) -> float | None:
+    """The tighter of two valid bounds on the objective (either may be None)."""
+    if a is None or b is None:
+        return b if a is None else a
+    return min(a, b) if objective == "mass" else max(a, b)
 
 
 def _ms(arcs: Arcs, bound: float | None) -> float | None:
@@ -253,6 +374,9 @@ def _ms(arcs: Arcs, bound: float | None) -> float | None:
 
 
 MAX_TIES = 8
+#: A gap no objective reaches: the solve stops at its first plan. The tie-break solves below need
+#: any plan within the tie set (a constraint), not the finest time inside it, whose proof is slow.
+ANY_PLAN = 2**62
 
 
 def _enumerate_ties(chain: _Chain) -> bool | None:
@@ -267,7 +391,7 @@ def _enumerate_ties(chain: _Chain) -> bool | None:
     fixes = list(chain.fixes)
     while len(found) <= MAX_TIES:
         chain.fixes = fixes + [_exclude(chain, plan) for plan in found]
-        state, _ = chain.solve(lambda m, x, a: a.time, "min")
+        state, _ = chain.solve(lambda m, x, a: a.time, "min", gap=ANY_PLAN)
         if state == "stopped":
             chain.fixes, chain.chosen = fixes, found[0]
             return None
@@ -309,7 +433,7 @@ def _bottleneck_descent(chain: _Chain) -> bool:
         worst = int(chain.root.bottleneck[chain.chosen].max())
         arcs, ids, chosen = chain.arcs, chain.ids, chain.chosen
         chain.keep(arcs.bottleneck < worst, spare_chosen=False)
-        state, _ = chain.solve(lambda m, x, a: a.time, "min")
+        state, _ = chain.solve(lambda m, x, a: a.time, "min", gap=ANY_PLAN)
         if state == "stopped":
             chain.arcs, chain.ids = arcs, ids
             chain.chosen = chain.chosen if chain.chosen is not None else chosen

@@ -1,10 +1,17 @@
 """Dynamic programming oracle: exact for any per-stage objective.
 
 Fixed order: ``F[s+1][b] = best_a F[s][a] + W[s][a][b]`` over stages, O(k L^2). Free order: the
-same over subsets of used GPUs (a bitmask), O(2^k k L^2). Costs are pairs (mass, time) compared
-lexicographically (more mass first, then less time; mass is 0 under the time objective). The
-tie-breaks run as further passes: a binary search on the bottleneck, then greedy cut and GPU
-choices checked against best completions computed backwards.
+same over states that count the GPUs used of each class (GPUs with identical arcs are
+interchangeable), at most 2^k states and as few as k + 1 when every GPU is alike. Costs are pairs
+(mass, time) compared lexicographically (more mass first, then less time; mass is 0 unless the
+objective is mass). The other levels run as further passes over restricted arcs: the throughput
+objective's max stage and the bottleneck by binary search on a threshold (min-max), the plan's
+spare KV likewise (max-min), then greedy cut and GPU choices checked against best completions
+computed backwards.
+
+``host_limit`` is a knapsack side constraint the path DP cannot carry exactly. The DP answers when
+its unconstrained lexicographic optimum meets the limit (then it is also the constrained answer)
+and raises TooLarge otherwise, so ``--check`` falls back to exhaustive enumeration where small.
 """
 
 from __future__ import annotations
@@ -14,136 +21,333 @@ import time
 import numpy as np
 
 from solver.arcs import Arcs
-from solver.solvers import Limits, Solution, TooLarge
+from solver.problem import MASS_SCALE
+from solver.solvers import Limits, Solution, TooLarge, stage_key
 
-MAX_GPUS_FREE_ORDER = 12
+#: Class-count states the free-order DP takes: 2^12 for 12 distinct GPUs, far more GPUs in few classes.
+MAX_STATES_FREE_ORDER = 4096
+#: Dense (L+1)^2 cells over all of a free order's classes: two int64 tables each, at most 128 MiB.
+MAX_DENSE_CELLS = 2**23
 NONE = -1  # mass of an unreachable state
+BIG = np.iinfo(np.int64).max // 4  # time of an unreachable state; sums of two stay within int64
 
 
 def _best(target: np.ndarray, mass: np.ndarray, cost: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per target index, the lexicographic best (max mass, then min time); -1 mass = none."""
+    """Per target index, the lexicographic best (max mass, then min time); NONE mass = none."""
     best_m = np.full(size, NONE, dtype=np.int64)
-    best_t = np.zeros(size, dtype=np.int64)
-    ok = mass >= 0
-    if ok.any():
-        target, mass, cost = target[ok], mass[ok], cost[ok]
+    best_t = np.full(size, BIG, dtype=np.int64)
+    if len(target):
         order = np.lexsort((cost, -mass, target))
-        first = np.unique(target[order], return_index=True)[1]
-        pick = order[first]
+        pick = order[np.unique(target[order], return_index=True)[1]]
         best_m[target[pick]] = mass[pick]
         best_t[target[pick]] = cost[pick]
     return best_m, best_t
 
 
+def arc_classes(arcs: Arcs) -> np.ndarray:
+    """Class of each GPU, shape (k,), numbered from 0 in rig order: GPUs with identical arcs share one."""
+    seen: dict[bytes, int] = {}
+    out = np.empty(arcs.n_gpus, dtype=np.int64)
+    fields = (arcs.start, arcs.end, arcs.time, arcs.mass, arcs.bottleneck, arcs.stage, arcs.spare, arcs.host)
+    for g in range(arcs.n_gpus):
+        on = arcs.gpu == g
+        key = np.stack([f[on] for f in fields]).tobytes()
+        out[g] = seen.setdefault(key, len(seen))
+    return out
+
+
+def dp_states(arcs: Arcs) -> int:
+    """DP states per boundary: k + 1 with the order as given, else the class-count states."""
+    if arcs.order == "as-given":
+        return arcs.n_gpus + 1
+    return int(np.prod(np.bincount(arc_classes(arcs)) + 1))
+
+
 class _Graph:
-    """Levels of the DP (stage number, or set of used GPUs) and the arcs between them."""
+    """Levels of the DP (stage number, or counts of GPUs used per class) and the arcs between them."""
 
     def __init__(self, arcs: Arcs):
         self.arcs = arcs
         self.free_order = arcs.order == "auto"
         k = arcs.n_gpus
-        if self.free_order and k > MAX_GPUS_FREE_ORDER:
-            raise TooLarge(f"the free-order DP takes at most {MAX_GPUS_FREE_ORDER} GPUs, not {k}")
-        self.by_gpu = [np.flatnonzero(arcs.gpu == g) for g in range(k)]
-        self.levels = list(range(2**k)) if self.free_order else list(range(k + 1))
+        by_gpu = [np.flatnonzero(arcs.gpu == g) for g in range(k)]
+        if not self.free_order:
+            self.by_link = by_gpu
+            self.levels = list(range(k + 1))
+        else:
+            cls = arc_classes(arcs)
+            self.members = [np.flatnonzero(cls == c) for c in range(cls.max() + 1)]
+            self.mult = np.array([len(m) for m in self.members])
+            states = int(np.prod(self.mult + 1))
+            if states > MAX_STATES_FREE_ORDER:
+                raise TooLarge(
+                    f"the free-order DP takes at most {MAX_STATES_FREE_ORDER:,} states, not {states:,}"
+                )
+            cells = len(self.members) * (arcs.n_layers + 1) ** 2
+            if cells > MAX_DENSE_CELLS:
+                raise TooLarge(f"the free-order DP's tables would hold {cells:,} cells, over 2^23")
+            self.stride = np.concatenate([[1], np.cumprod(self.mult + 1)[:-1]]).astype(np.int64)
+            self.counts = (np.arange(states)[:, None] // self.stride[None, :]) % (self.mult + 1)[None, :]
+            self.by_link = [by_gpu[m[0]] for m in self.members]  # one GPU's arcs stand for its class
+            self.levels = list(range(states))
         self.final = self.levels[-1]
+        self.lexicographic = bool(arcs.mass.any())  # else every mass is 0 and only time counts
 
-    def leaving(self, level: int) -> list[tuple[int, np.ndarray]]:
-        """(next level, arc numbers) for the arcs that can follow a state at ``level``."""
+    def leaving(self, level: int) -> list[tuple[int, int]]:
+        """(next level, link) for the links whose arcs can follow a state at ``level``."""
         if not self.free_order:
-            return [(level + 1, self.by_gpu[level])] if level < self.arcs.n_gpus else []
-        return [(level | 1 << g, ids) for g, ids in enumerate(self.by_gpu) if not level >> g & 1]
+            return [(level + 1, level)] if level < self.arcs.n_gpus else []
+        open_ = np.flatnonzero(self.counts[level] < self.mult)
+        return [(level + int(self.stride[c]), int(c)) for c in open_]
 
-    def entering(self, level: int) -> list[tuple[int, np.ndarray]]:
-        """(previous level, arc numbers) for the arcs that lead into ``level``."""
+    def entering(self, level: int) -> list[tuple[int, int]]:
+        """(previous level, link) for the links whose arcs lead into ``level``."""
         if not self.free_order:
-            return [(level - 1, self.by_gpu[level - 1])] if level > 0 else []
-        return [(level ^ 1 << g, ids) for g, ids in enumerate(self.by_gpu) if level >> g & 1]
+            return [(level - 1, level - 1)] if level > 0 else []
+        used = np.flatnonzero(self.counts[level] > 0)
+        return [(level - int(self.stride[c]), int(c)) for c in used]
+
+    def gpu_of(self, level: int, link: int) -> int:
+        """The GPU that runs the link's arc from ``level``: in a class, its next unused member."""
+        if not self.free_order:
+            return link
+        return int(self.members[link][self.counts[level][link]])
+
+    def _links(self, allowed: np.ndarray, backward: bool) -> list[tuple]:
+        """Each link's allowed arcs, to step a state's values by one more arc.
+
+        Sparse, ("arcs", from boundary, to boundary, mass, time) with forward from = start; or,
+        where the arcs fill much of their block of boundaries (a free order's usual case), dense
+        ("block", first row, first column, mass, time) matrices indexed [from, to], mass -BIG and
+        time BIG where there is no arc. Dense steps are min-plus products, which numpy does far
+        faster than sorting each state's candidate arcs; a fixed order has only k + 1 levels and
+        a sparse long model never needs (L+1)^2 tables.
+        """
+        a, out = self.arcs, []
+        for ids in self.by_link:
+            ids = ids[allowed[ids]]
+            src, dst = (a.end[ids], a.start[ids]) if backward else (a.start[ids], a.end[ids])
+            if not len(ids):
+                out.append(("arcs", src, dst, a.mass[ids], a.time[ids]))
+                continue
+            r0, c0 = int(src.min()), int(dst.min())
+            shape = (int(src.max()) + 1 - r0, int(dst.max()) + 1 - c0)
+            if not self.free_order or 64 * len(ids) < shape[0] * shape[1]:
+                out.append(("arcs", src, dst, a.mass[ids], a.time[ids]))
+                continue
+            mass = np.full(shape, -BIG, dtype=np.int64)
+            cost = np.full(shape, BIG, dtype=np.int64)
+            mass[src - r0, dst - c0], cost[src - r0, dst - c0] = a.mass[ids], a.time[ids]
+            out.append(("block", r0, c0, mass, cost))
+        return out
 
     def forward(self, allowed: np.ndarray) -> dict[int, tuple[np.ndarray, np.ndarray]]:
         """Best (mass, time) from the start to every (level, boundary)."""
-        return self._sweep(allowed, self.levels, self.entering, self.arcs.start, self.arcs.end, 0)
+        return self._sweep(self._links(allowed, False), self.levels, self.entering, 0)
 
     def backward(self, allowed: np.ndarray) -> dict[int, tuple[np.ndarray, np.ndarray]]:
         """Best (mass, time) from every (level, boundary) to the end."""
-        levels = self.levels[::-1]
-        return self._sweep(allowed, levels, self.leaving, self.arcs.end, self.arcs.start, self.arcs.n_layers)
+        return self._sweep(self._links(allowed, True), self.levels[::-1], self.leaving, self.arcs.n_layers)
 
-    def _sweep(
-        self, allowed: np.ndarray, levels: list[int], links, src: np.ndarray, dst: np.ndarray, origin: int
-    ) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    def _step(self, link: tuple, lm: np.ndarray, lt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Best (mass, time) per boundary after one more arc of ``link`` from the values (lm, lt)."""
+        n = len(lm)
+        if link[0] == "arcs":
+            _, src, dst, mass, cost = link
+            ok = lm[src] >= 0
+            return _best(dst[ok], lm[src[ok]] + mass[ok], lt[src[ok]] + cost[ok], n)
+        m, t = np.full(n, NONE, dtype=np.int64), np.full(n, BIG, dtype=np.int64)
+        _, r0, c0, mass, cost = link
+        reach = np.flatnonzero(lm[r0 : r0 + len(mass)] >= 0)
+        if not len(reach):
+            return m, t
+        lo, hi = int(reach[0]), int(reach[-1]) + 1  # rows as a slice of the block: views, no copies
+        rows = slice(r0 + lo, r0 + hi)
+        cols = slice(c0, c0 + mass.shape[1])
+        if self.lexicographic:  # no arc has mass -BIG, so sums through a missing arc stay negative
+            cm = np.where(lm[rows] >= 0, lm[rows], -BIG)[:, None] + mass[lo:hi]
+            m[cols] = cm.max(axis=0)
+            t[cols] = np.where(cm == m[None, cols], lt[rows, None] + cost[lo:hi], BIG).min(axis=0)
+            m[m < 0] = NONE
+        else:
+            t[cols] = (np.where(lm[rows] >= 0, lt[rows], BIG)[:, None] + cost[lo:hi]).min(axis=0)
+            m = np.where(t < BIG // 2, 0, NONE)
+        return m, np.where(m >= 0, t, BIG)
+
+    def _sweep(self, links: list, levels: list[int], linked_by, origin: int) -> dict:
         """One DP pass over ``levels``: a state's best is the best of its linked states plus an arc.
 
-        ``links(level)`` gives (linked level, arc numbers); an arc carries the linked state's value
-        from its ``src`` boundary to its ``dst`` boundary. Forward: src = start, dst = end.
+        ``linked_by(level)`` gives (linked level, link); the link's arcs carry the linked state's
+        values from one boundary to the next. Returns level -> (mass, time) per boundary.
         """
-        a, n = self.arcs, self.arcs.n_layers + 1
+        n = self.arcs.n_layers + 1
         first = np.full(n, NONE, dtype=np.int64)
         first[origin] = 0
         table = {levels[0]: (first, np.zeros(n, dtype=np.int64))}
         for level in levels[1:]:
-            parts = []
-            for linked, ids in links(level):
+            best_m = np.full(n, NONE, dtype=np.int64)
+            best_t = np.full(n, BIG, dtype=np.int64)
+            for linked, link in linked_by(level):
+                if linked in table:
+                    m, t = self._step(links[link], *table[linked])
+                    better = (m > best_m) | ((m == best_m) & (t < best_t))
+                    best_m, best_t = np.where(better, m, best_m), np.where(better, t, best_t)
+            if (best_m >= 0).any():
+                table[level] = (best_m, best_t)
+        return table
+
+    def minimax(self, weight: np.ndarray, allowed: np.ndarray) -> int | None:
+        """The smallest max ``weight`` over the arcs of a whole plan on ``allowed`` arcs, or None.
+
+        One forward pass in the (min, max) semiring over the same levels: a bottleneck path."""
+        a, n = self.arcs, self.arcs.n_layers + 1
+        first = np.full(n, BIG, dtype=np.int64)
+        first[0] = -BIG
+        table = {self.levels[0]: first}
+        for level in self.levels[1:]:
+            best = np.full(n, BIG, dtype=np.int64)
+            for linked, link in self.entering(level):
                 if linked not in table:
                     continue
-                ids = ids[allowed[ids]]
-                lm, lt = table[linked]
-                parts.append(
-                    (
-                        dst[ids],
-                        np.where(lm[src[ids]] >= 0, lm[src[ids]] + a.mass[ids], NONE),
-                        lt[src[ids]] + a.time[ids],
-                    )
-                )
-            if parts:
-                best = _best(*(np.concatenate(x) for x in zip(*parts)), n)
-                if (best[0] >= 0).any():
-                    table[level] = best
-        return table
+                came = table[linked]
+                ids = self.by_link[link]
+                ids = ids[allowed[ids] & (came[a.start[ids]] < BIG)]
+                np.minimum.at(best, a.end[ids], np.maximum(came[a.start[ids]], weight[ids]))
+            if (best < BIG).any():
+                table[level] = best
+        last = table.get(self.final)
+        return None if last is None or last[-1] >= BIG else int(last[-1])
 
     def optimum(self, allowed: np.ndarray) -> tuple[int, int] | None:
         """Best (mass, time) of a whole plan using only ``allowed`` arcs."""
+        got = self.best_plan(allowed, trace=False)
+        return None if got is None else got[:2]
+
+    def best_plan(self, allowed: np.ndarray, trace: bool = True) -> tuple[int, int, list[int]] | None:
+        """Best (mass, time) of a whole plan on ``allowed`` arcs and, traced back, the arcs of one."""
         table = self.forward(allowed)
         if self.final not in table or table[self.final][0][-1] < 0:
             return None
-        return int(table[self.final][0][-1]), int(table[self.final][1][-1])
+        a = self.arcs
+        m, t = int(table[self.final][0][-1]), int(table[self.final][1][-1])
+        level, at, plan = self.final, a.n_layers, []
+        while trace and at > 0:  # a predecessor whose value plus the arc makes this one exists
+            for linked, link in self.entering(level):
+                if linked not in table:
+                    continue
+                lm, lt = table[linked]
+                ids = self.by_link[link]
+                ids = ids[allowed[ids] & (a.end[ids] == at)]
+                ok = (lm[a.start[ids]] >= 0) & (lm[a.start[ids]] + a.mass[ids] == m)
+                ok &= lt[a.start[ids]] + a.time[ids] == t
+                if ok.any():
+                    i = int(ids[ok][0])
+                    plan.append(i)
+                    level, at, m, t = linked, int(a.start[i]), m - int(a.mass[i]), t - int(a.time[i])
+                    break
+        return int(table[self.final][0][-1]), int(table[self.final][1][-1]), plan
+
+
+def _first(values: np.ndarray, ok, last_likely: bool = False) -> int:
+    """The first of ``values`` where ``ok`` holds, by bisection: ``ok`` must fail on a prefix of
+    them and hold on the rest, and hold on the last (never tried, so one value costs nothing).
+
+    ``last_likely`` tries the second last first, so an answer at the last value costs one pass.
+    """
+    lo, hi = 0, len(values) - 1
+    if last_likely and hi > 0:
+        if not ok(values[hi - 1]):
+            return int(values[hi])
+        hi -= 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if ok(values[mid]):
+            hi = mid
+        else:
+            lo = mid + 1
+    return int(values[lo])
+
+
+def _minimax(arcs: Arcs, weight: np.ndarray, allowed: np.ndarray) -> int:
+    """A lower bound on the smallest max ``weight`` of a plan on ``allowed`` arcs, from a k-stage
+    path pass (exact with the order as given; a free order lets a GPU repeat)."""
+    n, worst = arcs.n_layers, np.iinfo(np.int64).max
+    reach = np.full(n + 1, worst, dtype=np.int64)
+    reach[0] = np.iinfo(np.int64).min
+    for s in range(arcs.n_gpus):
+        on = allowed & (reach[arcs.start] != worst) & ((arcs.gpu == s) if arcs.order == "as-given" else True)
+        nxt = np.full(n + 1, worst, dtype=np.int64)
+        np.minimum.at(nxt, arcs.end[on], np.maximum(reach[arcs.start[on]], weight[on]))
+        reach = nxt
+    return int(reach[n])
 
 
 def solve_dp(arcs: Arcs, limits: Limits | None = None) -> Solution:
-    """The exact plan by dynamic programming (free order: at most 12 GPUs)."""
+    """The exact plan by dynamic programming (free order: at most 4,096 class-count states)."""
     t0 = time.perf_counter()
     graph = _Graph(arcs)
-    every = np.ones(len(arcs), dtype=bool)
-    best = graph.optimum(every)
-    if best is None:
+
+    def infeasible() -> Solution:
         return Solution("dp", "infeasible", info={"wall_ms": (time.perf_counter() - t0) * 1e3})
-    mass_star, time_star = best
+
+    allowed = np.ones(len(arcs), dtype=bool)
+    top = 0
+    if arcs.objective == "throughput":
+        keys = stage_key(arcs)
+        top = graph.minimax(keys, allowed)
+        if top is None:
+            return infeasible()
+        allowed = keys <= top
+    best = graph.best_plan(allowed)
+    if best is None:
+        return infeasible()
+    mass_star, time_star, plan = best
     cap = arcs.time_cap(time_star)
 
     def good(m: int | np.ndarray, t: int | np.ndarray) -> bool | np.ndarray:
         return (m == mass_star) & (t <= cap)
 
-    levels = np.unique(arcs.bottleneck)
-    lo, hi = 0, len(levels) - 1
-    while lo < hi:
-        mid = (lo + hi) // 2
-        got = graph.optimum(arcs.bottleneck <= levels[mid])
-        if got is not None and good(*got):
-            hi = mid
-        else:
-            lo = mid + 1
-    allowed = arcs.bottleneck <= levels[lo]
+    def tied(mask: np.ndarray) -> bool:
+        got = graph.optimum(mask)
+        return got is not None and bool(good(*got))
+
+    spares = np.unique(arcs.spare[allowed])[::-1]  # largest first: the most spare a tied plan keeps
+    spare = _first(spares, lambda v: tied(allowed & (arcs.spare >= v)))
+    if len(spares) > 1:
+        allowed &= arcs.spare >= spare
+        plan = graph.best_plan(allowed)[2]  # a tied plan with that spare
+    # the smallest bottleneck of a tied plan lies between a path bound and that of the plan found,
+    # and on the rigs measured is most often that plan's own
+    low, high = _minimax(arcs, arcs.bottleneck, allowed), int(arcs.bottleneck[plan].max())
+    values = np.unique(arcs.bottleneck[allowed & (arcs.bottleneck >= low) & (arcs.bottleneck <= high)])
+    worst = _first(values, lambda b: tied(allowed & (arcs.bottleneck <= b)), last_likely=True)
+    allowed &= arcs.bottleneck <= worst
     cuts = _greedy_cuts(graph, allowed, good)
     gpus = _greedy_order(graph, allowed, cuts, good)
-    bound = arcs.window_ms(time_star) if arcs.objective == "time" else mass_star / 10**12
+    _check_host(arcs, gpus, cuts)
+    if arcs.objective == "throughput":
+        bound = top / 10**6
+    elif arcs.objective == "mass":
+        bound = mass_star / MASS_SCALE
+    else:
+        bound = arcs.window_ms(time_star)
     return Solution(
-        "dp",
-        "optimal",
-        tuple(gpus),
-        tuple(cuts),
-        bound,
-        info={"wall_ms": (time.perf_counter() - t0) * 1e3},
+        "dp", "optimal", tuple(gpus), tuple(cuts), bound, info={"wall_ms": (time.perf_counter() - t0) * 1e3}
     )
+
+
+def _check_host(arcs: Arcs, gpus: list[int], cuts: list[int]) -> None:
+    """TooLarge when the unconstrained optimum leaves more expert bytes in host memory than allowed."""
+    if arcs.host_limit is None:
+        return
+    from solver.solvers import plan_arcs
+
+    host = int(arcs.host[plan_arcs(arcs, tuple(gpus), tuple(cuts))].sum())
+    if host > arcs.host_limit:
+        raise TooLarge(
+            f"the DP's unconstrained optimum leaves {host:,} bytes in host memory, over the limit of "
+            f"{arcs.host_limit:,}; the DP cannot carry that limit"
+        )
 
 
 def _greedy_cuts(graph: _Graph, allowed: np.ndarray, good) -> list[int]:
@@ -155,9 +359,10 @@ def _greedy_cuts(graph: _Graph, allowed: np.ndarray, good) -> list[int]:
     while at < n:
         options = []
         for level, (pm, pt) in states.items():
-            for nxt, ids in graph.leaving(level):
+            for nxt, link in graph.leaving(level):
                 if nxt not in back:
                     continue
+                ids = graph.by_link[link]
                 ids = ids[allowed[ids] & (a.start[ids] == at)]
                 bm, bt = back[nxt]
                 total_m = pm + a.mass[ids] + bm[a.end[ids]]
@@ -183,14 +388,16 @@ def _greedy_order(graph: _Graph, allowed: np.ndarray, cuts: list[int], good) -> 
     back = graph.backward(fixed)
     level, m, t, gpus = graph.levels[0], 0, 0, []
     for s in range(len(bounds) - 1):
-        for nxt, ids in graph.leaving(level):  # in GPU order
+        options = []
+        for nxt, link in graph.leaving(level):
+            ids = graph.by_link[link]
             ids = ids[fixed[ids] & (a.start[ids] == bounds[s])]
-            if not len(ids) or nxt not in back:
-                continue
-            i = int(ids[0])
+            if len(ids) and nxt in back:
+                options.append((graph.gpu_of(level, link), nxt, int(ids[0])))
+        for g, nxt, i in sorted(options):  # smallest GPU first
             bm, bt = back[nxt]
             if bm[a.end[i]] >= 0 and good(m + a.mass[i] + bm[a.end[i]], t + a.time[i] + bt[a.end[i]]):
                 level, m, t = nxt, m + int(a.mass[i]), t + int(a.time[i])
-                gpus.append(int(a.gpu[i]))
+                gpus.append(g)
                 break
     return gpus

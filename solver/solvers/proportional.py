@@ -13,8 +13,13 @@ def round_half_away(x: float) -> int:
     return math.floor(abs(x) + 0.5) * (1 if x >= 0 else -1)
 
 
-def proportional_cuts(layer_ms: list[float], n_layers: int, first_stage_min_layers: int) -> list[int]:
-    """``cut_i = clamp(round(acc_i / total * L), lo_i, hi_i)`` with stage s on GPU s."""
+def proportional_cuts(layer_ms: list[float], n_layers: int, first_stage_min_layers: int) -> list[int] | None:
+    """``cut_i = clamp(round(acc_i / total * L), lo_i, hi_i)`` with stage s on GPU s.
+
+    None when some ``lo_i > hi_i``: the k stages cannot be cut from L layers at all, so there is no
+    proportional split (only ``lo_0 = first_stage_min_layers`` can exceed ``hi_0 = L - (k-1)``;
+    every later ``lo_i`` is at most its ``hi_i``).
+    """
     k = len(layer_ms)
     inv = [1.0 / t for t in layer_ms]
     total = sum(inv)
@@ -24,15 +29,31 @@ def proportional_cuts(layer_ms: list[float], n_layers: int, first_stage_min_laye
         acc += inv[i]
         lo = first_stage_min_layers if i == 0 else cuts[-1] + 1
         hi = n_layers - (k - 1 - i)
+        if lo > hi:
+            return None
         cuts.append(min(max(round_half_away(acc / total * n_layers), lo), hi))
     return cuts
 
 
-def solve_proportional(arcs: Arcs, limits: Limits | None = None) -> Solution:
-    """The proportional split in rig order; ``info['feasible']`` says if every stage is an arc."""
-    cuts = tuple(
-        proportional_cuts([float(t) for t in arcs.layer_ms], arcs.n_layers, arcs.first_stage_min_layers)
+def no_split_reason(n_gpus: int, n_layers: int, first_stage_min_layers: int) -> str:
+    """Why there is no proportional split, in one sentence."""
+    if n_gpus > n_layers:
+        return f"no proportional split: {n_gpus} GPUs cannot each run a layer of {n_layers}"
+    return (
+        f"no proportional split: a first stage of at least {first_stage_min_layers} layers "
+        f"(first_stage_min_layers) leaves fewer than one layer for each of the other {n_gpus - 1} GPUs"
     )
+
+
+def solve_proportional(arcs: Arcs, limits: Limits | None = None) -> Solution:
+    """The proportional split in rig order; ``info['feasible']`` says if every stage is an arc.
+
+    Status "heuristic" with its cuts, or "infeasible" with ``info['reason']`` when no split exists.
+    """
+    cuts = proportional_cuts([float(t) for t in arcs.layer_ms], arcs.n_layers, arcs.first_stage_min_layers)
+    if cuts is None:
+        reason = no_split_reason(arcs.n_gpus, arcs.n_layers, arcs.first_stage_min_layers)
+        return Solution("proportional", "infeasible", info={"feasible": False, "reason": reason})
     gpus = tuple(range(arcs.n_gpus))
-    feasible = bool((plan_arcs(arcs, gpus, cuts) >= 0).all())
-    return Solution("proportional", "heuristic", gpus, cuts, info={"feasible": feasible})
+    feasible = bool((plan_arcs(arcs, gpus, tuple(cuts)) >= 0).all())
+    return Solution("proportional", "heuristic", gpus, tuple(cuts), info={"feasible": feasible})
