@@ -18,6 +18,7 @@ import numpy as np
 from solver.arcs import Arcs, build_arcs
 from solver.baselines import Baseline, engine_baseline
 from solver.engines import build_table
+from solver.errors import InputError
 from solver.infeasible import explain
 from solver.plan import Placement, bounds_ok, evaluate, feasible
 from solver.problem import Problem
@@ -26,6 +27,7 @@ from solver.solvers.cpsat import solve_cpsat
 from solver.solvers.dp import MAX_STATES_FREE_ORDER, dp_states, solve_dp
 from solver.solvers.exhaustive import count_placements, solve_exhaustive
 from solver.solvers.proportional import solve_proportional
+from solver.solvers.subsetdp import MAX_STEPS, subset_steps_for
 
 EXHAUSTIVE_CHECK_LIMIT = 200_000
 #: The DP answers first when its states times (L+1)^2 boundary pairs stay within this: a free order
@@ -78,7 +80,18 @@ def dp_work(arcs: Arcs) -> int:
 
 
 def solve_plan(arcs: Arcs, limits: Limits) -> Solution:
-    """The product's answer: the exact DP where it is cheap, else CP-SAT hinted by the DP."""
+    """The product's answer: the exact DP where it is cheap, else CP-SAT hinted by the DP.
+
+    Idle GPUs or a free order over hosts (SPEC 8): the host/idle DP, or exhaustive enumeration
+    where a host-memory limit breaks the DP's optimum; check_solvable refuses bigger rigs up front."""
+    if arcs.subsets:
+        try:
+            return solve_dp(arcs, limits)
+        except TooLarge as exc:  # the host-memory limit
+            try:
+                return solve_exhaustive(arcs)
+            except TooLarge:
+                return Solution("dp", "unknown", info={"reason": str(exc)})
     if dp_work(arcs) <= DP_FIRST_WORK:
         try:
             return solve_dp(arcs)
@@ -89,7 +102,10 @@ def solve_plan(arcs: Arcs, limits: Limits) -> Solution:
 
 def pick_oracle(arcs: Arcs, solution: Solution) -> str:
     """Exhaustive where it is cheap, else the DP; a free order over more class-count states than the
-    DP takes is beyond it, so there it checks the cuts for the GPU order the solver chose."""
+    DP takes is beyond it, so there it checks the cuts for the GPU order the solver chose. Idle GPUs
+    or hosts in a free order: exhaustive where cheap, else none."""
+    if arcs.subsets:
+        return "exhaustive" if count_placements(arcs) <= EXHAUSTIVE_CHECK_LIMIT else "none"
     if count_placements(arcs) <= EXHAUSTIVE_CHECK_LIMIT:
         return "exhaustive"
     if solution.name == "dp":
@@ -115,6 +131,8 @@ def run_oracle(p: Problem, arcs: Arcs, solution: Solution, limits: Limits) -> Or
             got = solve_exhaustive(arcs)
         elif name == "dp":
             got = solve_dp(arcs)
+        elif name == "none":
+            raise TooLarge("no independent solver takes this rig")
         elif name == "cp-sat":  # proves every level itself; the DP's plan only guides its search
             got = solve_cpsat(arcs, limits, hint=dp_hint(arcs))
         else:
@@ -127,6 +145,24 @@ def run_oracle(p: Problem, arcs: Arcs, solution: Solution, limits: Limits) -> Or
     else:  # one side stopped by the time limit: both must have a plan
         agrees = got.found and solution.found
     return Oracle(name, got.status, plan, agrees, got.info.get("wall_ms", 0.0))
+
+
+def check_solvable(p: Problem, shown: str) -> None:
+    """InputError for a rig with idle GPUs or a free order over hosts beyond the host/idle DP's size.
+
+    No exact solver takes those (CP-SAT's model uses every GPU once), and a wrong plan is worse
+    than none."""
+    hosts = len(set(p.hosts.tolist()))
+    if p.order == "as-given" or not (p.idle_gpus or hosts > 1):
+        return
+    steps = subset_steps_for(p.order, p.n_gpus, hosts)
+    if steps > MAX_STEPS:
+        what = "idle GPUs" if p.idle_gpus else f"{hosts} hosts"
+        raise InputError(
+            shown,
+            f"order: auto with {what} over {p.n_gpus} GPUs is beyond the exact solvers "
+            f"({steps:,} DP transitions, at most {MAX_STEPS:,}); use order: as-given or fewer GPUs",
+        )
 
 
 def plan_rig(p: Problem, limits: Limits | None = None, check: bool = False) -> Result:
@@ -153,6 +189,8 @@ def plan_rig(p: Problem, limits: Limits | None = None, check: bool = False) -> R
     result = Result(p, status, plan, baseline, solution, arcs, table_ms, wall_ms)
     if status == "infeasible":
         result.reason = explain(p, table, arcs)
+    elif status == "unknown" and "reason" in solution.info:
+        result.reason = solution.info["reason"]
     elif status == "unknown":
         result.reason = "the time limit ran out before any placement was found; allow more time"
     if check:

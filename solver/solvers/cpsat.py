@@ -28,7 +28,7 @@ from ortools.sat.python import cp_model
 
 from solver.arcs import Arcs, best_through, subset
 from solver.problem import MASS_SCALE
-from solver.solvers import Limits, Solution, plan_arcs, relaxed_bound, stage_key
+from solver.solvers import Limits, Solution, TooLarge, plan_arcs, relaxed_bound, stage_key
 
 Fix = Callable[[cp_model.CpModel, list, Arcs], None]
 Objective = Callable[[cp_model.CpModel, list, Arcs], cp_model.LinearExpr | np.ndarray]
@@ -219,7 +219,12 @@ class _Chain:
 
 
 def solve_cpsat(arcs: Arcs, limits: Limits | None = None, hint: Solution | None = None) -> Solution:
-    """The exact plan by CP-SAT, or the best found when ``limits.time_limit`` stops the proof."""
+    """The exact plan by CP-SAT, or the best found when ``limits.time_limit`` stops the proof.
+
+    TooLarge for idle GPUs or a free order over hosts (SPEC 8): its model uses every GPU once and
+    knows no host runs; ``solver.solvers.subsetdp`` answers those."""
+    if arcs.subsets:
+        raise TooLarge("the CP-SAT model does not cover idle GPUs or host runs in a free order")
     t0 = time.perf_counter()
     limits = limits or Limits()
     deadline = None if limits.time_limit is None else t0 + limits.time_limit
