@@ -27,7 +27,7 @@ from solver.solvers.cpsat import solve_cpsat
 from solver.solvers.dp import MAX_STATES_FREE_ORDER, dp_states, solve_dp
 from solver.solvers.exhaustive import count_placements, solve_exhaustive
 from solver.solvers.proportional import solve_proportional
-from solver.solvers.subsetdp import MAX_STEPS, subset_steps_for
+from solver.solvers.subsetdp import MAX_STEPS, forced_times, subset_steps_for
 
 EXHAUSTIVE_CHECK_LIMIT = 200_000
 #: The DP answers first when its states times (L+1)^2 boundary pairs stay within this: a free order
@@ -60,6 +60,7 @@ class Result:
     wall_ms: float
     reason: str | None = None
     oracle: Oracle | None = None
+    idle_cost_ms: dict[int, float | None] | None = None
 
 
 def dp_hint(arcs: Arcs) -> Solution | None:
@@ -193,6 +194,16 @@ def plan_rig(p: Problem, limits: Limits | None = None, check: bool = False) -> R
         result.reason = solution.info["reason"]
     elif status == "unknown":
         result.reason = "the time limit ran out before any placement was found; allow more time"
+    if plan is not None and len(plan.gpus) < p.n_gpus:
+        result.idle_cost_ms = idle_costs(arcs, plan)
     if check:
         result.oracle = run_oracle(p, arcs, solution, limits)
     return result
+
+
+def idle_costs(arcs: Arcs, plan: Placement) -> dict[int, float | None]:
+    """Per idle GPU, how many ms more the best window of a plan that uses it is than the plan's
+    (None: no plan can use it). The mass objective ranks the plans that use it by mass first."""
+    idle = sorted(set(range(arcs.n_gpus)) - set(plan.gpus))
+    forced = forced_times(arcs, idle)
+    return {g: None if t is None else round(arcs.window_ms(t) - plan.window_ms, 6) for g, t in forced.items()}

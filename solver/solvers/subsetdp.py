@@ -252,3 +252,32 @@ def _greedy_order(states: _States, allowed: np.ndarray, cuts: list[int], good) -
                 gpus.append(g)
                 break
     return gpus
+
+
+def forced_times(arcs: Arcs, gpus: list[int]) -> dict[int, int | None]:
+    """For each GPU in ``gpus``, the summed time (entries included) of the best plan that uses it,
+    by (mass, time) as the objective's first level ranks plans; None if no plan can use it.
+
+    What an idle GPU would have cost (the report compares it with the plan's). With the order as
+    given a plan uses g when it passes the state "last GPU g": forward and backward values meet
+    there. With a free order, g is in the final state's set."""
+    states = _States(arcs)
+    allowed = np.ones(len(arcs), dtype=bool)
+    fwd = states.forward(allowed)
+    back = states.backward(allowed) if states.as_given else {}
+    out: dict[int, int | None] = {}
+    for g in gpus:
+        cands = []
+        if states.as_given:
+            if g + 1 in fwd and g + 1 in back:
+                fm, ft = fwd[g + 1]
+                bm, bt = back[g + 1]
+                ok = (fm >= 0) & (bm >= 0)
+                cands = [(int(fm[b] + bm[b]), int(ft[b] + bt[b])) for b in np.flatnonzero(ok)]
+        else:
+            for state, (m, t) in fwd.items():
+                mask = state // (states.h + 1)
+                if mask >> g & 1 and states.terminal(state) and m[-1] >= 0:
+                    cands.append((int(m[-1]), int(t[-1])))
+        out[g] = min(cands, key=lambda c: (-c[0], c[1]))[1] if cands else None
+    return out
