@@ -106,7 +106,9 @@ def test_dp_exhaustive_and_cpsat_agree_with_hosts_and_idle(
             assert plan.window_ms == pytest.approx(brute_force(p)[0], abs=1e-6)
 
 
-def hand_rig(layer_ms, max_layers, hosts, network_ms, handoff_ms=0.5, n_layers=6, order="as-given") -> Problem:
+def hand_rig(
+    layer_ms, max_layers, hosts, network_ms, handoff_ms=0.5, n_layers=6, order="as-given"
+) -> Problem:
     """A rig where everything fits and nothing misses: the window is compute plus hand-offs."""
     k = len(layer_ms)
     p = random_problem(1, n_layers=n_layers, n_gpus=k, order=order, tight=50.0)
@@ -207,15 +209,14 @@ def test_the_two_host_rig_exports_replay_on_the_planned_gpus():
                 flags += cmd
     pp = int(option(flags, "--pipeline-parallel-size"))
     ranks = vllm_ray_ranks(nodes, driver)
-    rig = [[g for g, h in enumerate(names) if h == host][cuda] for host, cuda in (ranks[r] for r in range(pp))]
+    rig = [[g for g, h in enumerate(names) if h == ranks[r][0]][ranks[r][1]] for r in range(pp)]
     got = [(vllm_pp_indices(env, n, r, pp), rig[r]) for r in range(pp)]
     assert got == list(zip(zip([0, *cuts], [*cuts, n]), gpus, strict=True))
 
 
 def test_a_free_order_with_idle_gpus_beyond_the_dp_is_an_input_error(tmp_path):
     gpus = "\n".join(f"  - {{free: 9000, layer_ms: 1.0, host: h{g % 2}}}" for g in range(12))
-    (tmp_path / "rig.yaml").write_text(
-        f"name: big\nmodel: {json.dumps(str(tmp_path / 'nope.yaml'))}\norder: auto\nidle_gpus: true\ngpus:\n{gpus}\n"
-    )
+    text = "name: big\nmodel: m.yaml\norder: auto\nidle_gpus: true\ngpus:\n"
+    (tmp_path / "rig.yaml").write_text(text + gpus + "\n")
     res = invoke(tmp_path / "rig.yaml", "--model", "models/qwen3-30b-a3b-q4_k_m.yaml")
     assert res.exit_code == 2 and "beyond the exact solvers" in res.output
