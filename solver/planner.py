@@ -66,7 +66,10 @@ class Result:
 def dp_hint(arcs: Arcs) -> Solution | None:
     """The DP's best plan in rig order: exact when the order is fixed, a start when it is free.
 
-    None when there is none, or when the DP cannot answer under the host-memory limit."""
+    None when there is none, or when the DP cannot answer under the host-memory limit, or when the
+    rig order may split a host's stages (a free order over hosts)."""
+    if arcs.order == "auto" and arcs.n_hosts > 1:
+        return None
     fixed = arcs if arcs.order == "as-given" else dataclasses.replace(arcs, order="as-given", twins=[])
     try:
         sol = solve_dp(fixed)
@@ -88,7 +91,9 @@ def solve_plan(arcs: Arcs, limits: Limits) -> Solution:
     if arcs.subsets:
         try:
             return solve_dp(arcs, limits)
-        except TooLarge as exc:  # the host-memory limit
+        except TooLarge as exc:  # the host-memory limit, or (hosts, no idle GPUs) its size
+            if not arcs.idle:
+                return solve_cpsat(arcs, limits)
             try:
                 return solve_exhaustive(arcs)
             except TooLarge:
@@ -106,7 +111,11 @@ def pick_oracle(arcs: Arcs, solution: Solution) -> str:
     DP takes is beyond it, so there it checks the cuts for the GPU order the solver chose. Idle GPUs
     or hosts in a free order: exhaustive where cheap, else none."""
     if arcs.subsets:
-        return "exhaustive" if count_placements(arcs) <= EXHAUSTIVE_CHECK_LIMIT else "none"
+        if count_placements(arcs) <= EXHAUSTIVE_CHECK_LIMIT:
+            return "exhaustive"
+        if arcs.idle:
+            return "none"
+        return "cp-sat" if solution.name == "dp" else "dp"
     if count_placements(arcs) <= EXHAUSTIVE_CHECK_LIMIT:
         return "exhaustive"
     if solution.name == "dp":
@@ -149,19 +158,18 @@ def run_oracle(p: Problem, arcs: Arcs, solution: Solution, limits: Limits) -> Or
 
 
 def check_solvable(p: Problem, shown: str) -> None:
-    """InputError for a rig with idle GPUs or a free order over hosts beyond the host/idle DP's size.
+    """InputError for a free order with idle GPUs beyond the host/idle DP's size.
 
     No exact solver takes those (CP-SAT's model uses every GPU once), and a wrong plan is worse
     than none."""
     hosts = len(set(p.hosts.tolist()))
-    if p.order == "as-given" or not (p.idle_gpus or hosts > 1):
+    if p.order == "as-given" or not p.idle_gpus:  # CP-SAT takes hosts with every GPU used
         return
     steps = subset_steps_for(p.order, p.n_gpus, hosts)
     if steps > MAX_STEPS:
-        what = "idle GPUs" if p.idle_gpus else f"{hosts} hosts"
         raise InputError(
             shown,
-            f"order: auto with {what} over {p.n_gpus} GPUs is beyond the exact solvers "
+            f"order: auto with idle GPUs over {p.n_gpus} GPUs is beyond the exact solvers "
             f"({steps:,} DP transitions, at most {MAX_STEPS:,}); use order: as-given or fewer GPUs",
         )
 

@@ -1,7 +1,7 @@
 """SPEC 8 in the solvers: idle GPUs and host runs, exact and the same in every solver.
 
 Random agreement of the DP (its host/idle states), exhaustive enumeration and, where its model covers
-the rig (every GPU used, hosts as given), CP-SAT; hand-worked rigs (a slow card left idle, a network
+the rig (every GPU used), CP-SAT; hand-worked rigs (a slow card left idle, a network
 hop that decides whether the plan crosses machines); the shipped two-host rig through the CLI with its
 exports replayed by each engine's own ordering rules (tests/engine_mapping.py).
 """
@@ -96,7 +96,7 @@ def test_dp_exhaustive_and_cpsat_agree_with_hosts_and_idle(
     try:
         cp = solve_cpsat(arcs, Limits(workers=1))
     except TooLarge:
-        assert arcs.subsets  # only idle GPUs or a free order over hosts are beyond its model
+        assert arcs.idle  # only idle GPUs are beyond its model
     else:
         assert (cp.status, cp.gpus, cp.cuts) == (ex.status, ex.gpus, ex.cuts)
     if ex.found:
@@ -220,3 +220,22 @@ def test_a_free_order_with_idle_gpus_beyond_the_dp_is_an_input_error(tmp_path):
     (tmp_path / "rig.yaml").write_text(text + gpus + "\n")
     res = invoke(tmp_path / "rig.yaml", "--model", "models/qwen3-30b-a3b-q4_k_m.yaml")
     assert res.exit_code == 2 and "beyond the exact solvers" in res.output
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 10**6),
+    k=st.integers(3, 5),
+    objective=st.sampled_from(["time", "mass", "throughput"]),
+    data=st.data(),
+)
+def test_cpsat_keeps_host_runs_in_a_free_order(seed, k, objective, data):
+    """Every GPU used over two or three hosts in a free order: CP-SAT's run constraints against the DP."""
+    p = random_problem(seed, n_layers=8, n_gpus=k, order="auto", objective=objective, tight=2.0)
+    hosts = data.draw(st.lists(st.integers(0, 2), min_size=k, max_size=k).filter(lambda h: len(set(h)) > 1))
+    p = with_hosts(p, hosts, 0.3, idle=False)
+    arcs = build_arcs(p, build_table(p))
+    dp, cp = solve_dp(arcs), solve_cpsat(arcs, Limits(workers=1))
+    assert (cp.status, cp.gpus, cp.cuts) == (dp.status, dp.gpus, dp.cuts)
+    if dp.found:
+        assert feasible(p, evaluate(p, dp.gpus, dp.cuts))

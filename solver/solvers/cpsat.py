@@ -74,7 +74,30 @@ def _build(arcs: Arcs) -> tuple[cp_model.CpModel, list]:
                 m.add(cp_model.LinearExpr.sum(into) == cp_model.LinearExpr.sum(out))
         for i, j in arcs.twins:
             _twin_order(m, xs, arcs, by_gpu[i], by_gpu[j])
+        if arcs.n_hosts > 1:
+            _host_runs(m, xs, arcs)
     return m, x
+
+
+def _host_runs(m: cp_model.CpModel, xs: np.ndarray, arcs: Arcs) -> None:
+    """SPEC 8: each host's stages are one run. The run of host h enters at boundary p when an arc of h
+    starts there and none of h ends there: e_h(p) = s_h(p) AND NOT t_h(p), linearised exactly
+    (e >= s - t, e <= s, e <= 1 - t, with s and t 0/1 sums), and at most one entry per host."""
+    host = arcs.hosts[arcs.gpu]
+    for h in range(arcs.n_hosts):
+        entries = []
+        for p in range(arcs.n_layers):
+            starts = xs[(host == h) & (arcs.start == p)].tolist()
+            if not starts:
+                continue
+            ends = xs[(host == h) & (arcs.end == p)].tolist()
+            s, t = cp_model.LinearExpr.sum(starts), cp_model.LinearExpr.sum(ends)
+            e = m.new_bool_var("")
+            m.add(e >= s - t)
+            m.add(e <= s)
+            m.add(e <= 1 - t)
+            entries.append(e)
+        m.add(cp_model.LinearExpr.sum(entries) <= 1)
 
 
 def _twin_order(
@@ -221,10 +244,11 @@ class _Chain:
 def solve_cpsat(arcs: Arcs, limits: Limits | None = None, hint: Solution | None = None) -> Solution:
     """The exact plan by CP-SAT, or the best found when ``limits.time_limit`` stops the proof.
 
-    TooLarge for idle GPUs or a free order over hosts (SPEC 8): its model uses every GPU once and
-    knows no host runs; ``solver.solvers.subsetdp`` answers those."""
-    if arcs.subsets:
-        raise TooLarge("the CP-SAT model does not cover idle GPUs or host runs in a free order")
+    TooLarge for idle GPUs (SPEC 8): its model uses every GPU once; ``solver.solvers.subsetdp``
+    answers those. Host runs in a free order are constraints (``_host_runs``); every GPU used, the
+    hand-offs are then a constant, and the arc bounds that ignore the runs stay valid relaxations."""
+    if arcs.idle:
+        raise TooLarge("the CP-SAT model does not cover idle GPUs")
     t0 = time.perf_counter()
     limits = limits or Limits()
     deadline = None if limits.time_limit is None else t0 + limits.time_limit
