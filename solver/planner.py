@@ -23,7 +23,7 @@ from solver.infeasible import explain
 from solver.plan import Placement, bounds_ok, evaluate, feasible
 from solver.problem import Problem
 from solver.solvers import Limits, Solution, TooLarge
-from solver.solvers.cpsat import solve_cpsat
+from solver.solvers.cpsat import covers, solve_cpsat
 from solver.solvers.dp import MAX_STATES_FREE_ORDER, dp_states, solve_dp
 from solver.solvers.exhaustive import count_placements, solve_exhaustive
 from solver.solvers.proportional import solve_proportional
@@ -91,9 +91,9 @@ def solve_plan(arcs: Arcs, limits: Limits) -> Solution:
     if arcs.subsets:
         try:
             return solve_dp(arcs, limits)
-        except TooLarge as exc:  # the host-memory limit, or (hosts, no idle GPUs) its size
-            if not arcs.idle:
-                return solve_cpsat(arcs, limits)
+        except TooLarge as exc:  # the host-memory limit, or its size
+            if covers(arcs):
+                return solve_cpsat(arcs, limits, hint=dp_hint(arcs))
             try:
                 return solve_exhaustive(arcs)
             except TooLarge:
@@ -113,7 +113,7 @@ def pick_oracle(arcs: Arcs, solution: Solution) -> str:
     if arcs.subsets:
         if count_placements(arcs) <= EXHAUSTIVE_CHECK_LIMIT:
             return "exhaustive"
-        if arcs.idle:
+        if not covers(arcs):
             return "none"
         return "cp-sat" if solution.name == "dp" else "dp"
     if count_placements(arcs) <= EXHAUSTIVE_CHECK_LIMIT:
@@ -158,19 +158,21 @@ def run_oracle(p: Problem, arcs: Arcs, solution: Solution, limits: Limits) -> Or
 
 
 def check_solvable(p: Problem, shown: str) -> None:
-    """InputError for a free order with idle GPUs beyond the host/idle DP's size.
+    """InputError for a free order with idle GPUs over hosts whose network hop differs from the
+    hand-off, beyond the host/idle DP's size.
 
-    No exact solver takes those (CP-SAT's model uses every GPU once), and a wrong plan is worse
-    than none."""
+    No exact solver takes those (CP-SAT's model does not price host entries), and a wrong plan is
+    worse than none."""
     hosts = len(set(p.hosts.tolist()))
-    if p.order == "as-given" or not p.idle_gpus:  # CP-SAT takes hosts with every GPU used
+    if p.order == "as-given" or not p.idle_gpus or hosts == 1 or p.network_ms == p.handoff_ms:
         return
     steps = subset_steps_for(p.order, p.n_gpus, hosts)
     if steps > MAX_STEPS:
         raise InputError(
             shown,
-            f"order: auto with idle GPUs over {p.n_gpus} GPUs is beyond the exact solvers "
-            f"({steps:,} DP transitions, at most {MAX_STEPS:,}); use order: as-given or fewer GPUs",
+            f"order: auto with idle GPUs over {p.n_gpus} GPUs on {hosts} hosts is beyond the exact "
+            f"solvers ({steps:,} DP transitions, at most {MAX_STEPS:,}); use order: as-given, fewer "
+            "GPUs, or network_handoff_ms equal to handoff_ms",
         )
 
 

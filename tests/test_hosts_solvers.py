@@ -96,7 +96,7 @@ def test_dp_exhaustive_and_cpsat_agree_with_hosts_and_idle(
     try:
         cp = solve_cpsat(arcs, Limits(workers=1))
     except TooLarge:
-        assert arcs.idle  # only idle GPUs are beyond its model
+        assert arcs.idle and arcs.entry_units != 0  # host entries priced with idle GPUs
     else:
         assert (cp.status, cp.gpus, cp.cuts) == (ex.status, ex.gpus, ex.cuts)
     if ex.found:
@@ -216,7 +216,7 @@ def test_the_two_host_rig_exports_replay_on_the_planned_gpus():
 
 def test_a_free_order_with_idle_gpus_beyond_the_dp_is_an_input_error(tmp_path):
     gpus = "\n".join(f"  - {{free: 9000, layer_ms: 1.0, host: h{g % 2}}}" for g in range(12))
-    text = "name: big\nmodel: m.yaml\norder: auto\nidle_gpus: true\ngpus:\n"
+    text = "name: big\nmodel: m.yaml\norder: auto\nidle_gpus: true\nnetwork_handoff_ms: 0.5\ngpus:\n"
     (tmp_path / "rig.yaml").write_text(text + gpus + "\n")
     res = invoke(tmp_path / "rig.yaml", "--model", "models/qwen3-30b-a3b-q4_k_m.yaml")
     assert res.exit_code == 2 and "beyond the exact solvers" in res.output

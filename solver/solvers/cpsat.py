@@ -56,10 +56,10 @@ def _build(arcs: Arcs) -> tuple[cp_model.CpModel, list]:
     n, k = arcs.n_layers, arcs.n_gpus
     by_gpu = [np.flatnonzero(arcs.gpu == g) for g in range(k)]
     for ids in by_gpu:
-        m.add_exactly_one(xs[ids].tolist())
+        (m.add_at_most_one if arcs.idle else m.add_exactly_one)(xs[ids].tolist())
     if arcs.host_limit is not None:
         _bound_total(m, arcs.host, 0, arcs.host_limit)
-    if arcs.order == "as-given":
+    if arcs.order == "as-given" and not arcs.idle:
         for g in range(1, k):
             prev, cur = by_gpu[g - 1], by_gpu[g]
             for p in np.union1d(arcs.end[prev], arcs.start[cur]):
@@ -72,11 +72,31 @@ def _build(arcs: Arcs) -> tuple[cp_model.CpModel, list]:
             into, out = xs[arcs.end == p].tolist(), xs[arcs.start == p].tolist()
             if into or out:
                 m.add(cp_model.LinearExpr.sum(into) == cp_model.LinearExpr.sum(out))
+        if arcs.order == "as-given":  # idle GPUs as given: the next stage's GPU comes later in the rig
+            for g in range(k):
+                for p in np.unique(arcs.end[by_gpu[g]]):
+                    if p < n:
+                        into = xs[by_gpu[g][arcs.end[by_gpu[g]] == p]].tolist()
+                        later = xs[(arcs.start == p) & (arcs.gpu > g)].tolist()
+                        m.add(cp_model.LinearExpr.sum(into) <= cp_model.LinearExpr.sum(later))
         for i, j in arcs.twins:
             _twin_order(m, xs, arcs, by_gpu[i], by_gpu[j])
-        if arcs.n_hosts > 1:
+        if arcs.n_hosts > 1 and arcs.order == "auto":
             _host_runs(m, xs, arcs)
     return m, x
+
+
+def covers(arcs: Arcs) -> bool:
+    """Whether the model is exact for this table: all but idle GPUs with priced host entries."""
+    return not (arcs.idle and arcs.entry_units != 0)
+
+
+def _prune(chain: _Chain, weight: Callable[[Arcs], np.ndarray], sense: str, limit: int) -> None:
+    """Keep the arcs whose best whole plan can reach ``limit``; a no-op with idle GPUs (see solve_cpsat)."""
+    if chain.arcs.idle:
+        return
+    through = best_through(chain.arcs, weight(chain.arcs), sense)
+    chain.keep(through >= limit if sense == "max" else through <= limit)
 
 
 def _host_runs(m: cp_model.CpModel, xs: np.ndarray, arcs: Arcs) -> None:
@@ -244,11 +264,13 @@ class _Chain:
 def solve_cpsat(arcs: Arcs, limits: Limits | None = None, hint: Solution | None = None) -> Solution:
     """The exact plan by CP-SAT, or the best found when ``limits.time_limit`` stops the proof.
 
-    TooLarge for idle GPUs (SPEC 8): its model uses every GPU once; ``solver.solvers.subsetdp``
-    answers those. Host runs in a free order are constraints (``_host_runs``); every GPU used, the
-    hand-offs are then a constant, and the arc bounds that ignore the runs stay valid relaxations."""
-    if arcs.idle:
-        raise TooLarge("the CP-SAT model does not cover idle GPUs")
+    SPEC 8: idle GPUs make each GPU's arcs at most one (as given, a stage's successor runs on a later
+    GPU); host runs in a free order are constraints (``_host_runs``). With idle GPUs the arc bounds
+    (``best_through``, ``relaxed_bound``) count exactly k stages, so they prune nothing there. TooLarge
+    when idle GPUs meet hosts whose network hop differs from the hand-off: each host entry would cost
+    time outside the arcs (``solver.solvers.subsetdp`` answers those)."""
+    if not covers(arcs):
+        raise TooLarge("the CP-SAT model does not price host entries when GPUs may be idle")
     t0 = time.perf_counter()
     limits = limits or Limits()
     deadline = None if limits.time_limit is None else t0 + limits.time_limit
@@ -262,13 +284,13 @@ def solve_cpsat(arcs: Arcs, limits: Limits | None = None, hint: Solution | None 
     done = len(arcs) > 0
     if done and arcs.objective == "mass":
         if chain.chosen is not None:
-            chain.keep(best_through(chain.arcs, chain.arcs.mass, "max") >= int(arcs.mass[chain.chosen].sum()))
+            _prune(chain, lambda a: a.mass, "max", int(arcs.mass[chain.chosen].sum()))
         best_mass = chain.step(lambda m, x, a: a.mass, "max", progress=True)
         done = best_mass is not None
         if done:
             bound = best_mass / MASS_SCALE
             chain.fixes.append(lambda m, x, a, v=best_mass: _bound_total(m, a.mass, v, cp_model.INT_MAX))
-            chain.keep(best_through(chain.arcs, chain.arcs.mass, "max") >= best_mass)
+            _prune(chain, lambda a: a.mass, "max", best_mass)
         elif chain.bound is not None:
             bound = chain.bound / MASS_SCALE
     if done and arcs.objective == "throughput":
@@ -278,7 +300,7 @@ def solve_cpsat(arcs: Arcs, limits: Limits | None = None, hint: Solution | None 
     if done:
         if chain.chosen is not None and arcs.objective in ("time", "throughput"):
             cap = arcs.time_cap(int(arcs.time[chain.chosen].sum()))
-            chain.keep(best_through(chain.arcs, chain.arcs.time, "min") <= cap)
+            _prune(chain, lambda a: a.time, "min", cap)
         best_time = _time_level(chain, progress=arcs.objective == "time")
         done = best_time is not None
         if arcs.objective == "time":
@@ -286,7 +308,7 @@ def solve_cpsat(arcs: Arcs, limits: Limits | None = None, hint: Solution | None 
         if done:
             cap = arcs.time_cap(best_time)
             chain.fixes.append(lambda m, x, a, v=cap: _bound_total(m, a.time, cp_model.INT_MIN, v))
-            chain.keep(best_through(chain.arcs, chain.arcs.time, "min") <= cap)
+            _prune(chain, lambda a: a.time, "min", cap)
     done = done and _spare_level(chain) and _tie_breaks(chain)
     info = {"wall_ms": (time.perf_counter() - t0) * 1e3, "solves": chain.solves, "arcs_left": len(chain.arcs)}
     if chain.chosen is None:
@@ -488,11 +510,22 @@ def _cut_descent(chain: _Chain) -> bool:
     """The smallest cut list, fixed one cut at a time from the left.
 
     With the stages before it fixed, the next cut is the smallest end of the arc that starts where
-    they stop: one min solve whose coefficients are layer numbers (a binary-weighted objective
-    over all boundaries took CP-SAT minutes on 16 GPUs).
+    they stop: one min solve whose coefficients are layer numbers (a binary-weighted objective over
+    all boundaries took CP-SAT minutes on 16 GPUs). With idle GPUs a tied plan whose list ends there
+    comes first (list order), asked by one feasibility solve.
     """
     at, n = 0, chain.arcs.n_layers
     while at < n:
+        a = chain.arcs
+        last = (a.start == at) & (a.end == n)
+        if a.idle and last.any() and ((a.start == at) & ~last).any():  # ending the list is smallest
+            state = _feasible(chain, (a.start != at) | last)
+            if state == "stopped":
+                return False
+            if state == "optimal":
+                chain.keep((a.start != at) | last)
+                return True
+            chain.keep(~last)
         best = _smallest(chain, at, lambda a: a.end)
         if best is None:
             return False
