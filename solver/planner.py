@@ -27,7 +27,7 @@ from solver.solvers.cpsat import covers, solve_cpsat
 from solver.solvers.dp import MAX_STATES_FREE_ORDER, dp_states, solve_dp
 from solver.solvers.exhaustive import count_placements, solve_exhaustive
 from solver.solvers.proportional import solve_proportional
-from solver.solvers.subsetdp import MAX_STEPS, forced_times, subset_steps_for
+from solver.solvers.subsetdp import MAX_STEPS, forced_times, subset_steps, subset_steps_for
 
 EXHAUSTIVE_CHECK_LIMIT = 200_000
 #: The DP answers first when its states times (L+1)^2 boundary pairs stay within this: a free order
@@ -205,7 +205,7 @@ def plan_rig(p: Problem, limits: Limits | None = None, check: bool = False) -> R
     elif status == "unknown":
         result.reason = "the time limit ran out before any placement was found; allow more time"
     if plan is not None and len(plan.gpus) < p.n_gpus:
-        result.idle_cost_ms = idle_costs(arcs, plan)
+        result.idle_cost_ms = idle_report(arcs, plan)
     if check:
         result.oracle = run_oracle(p, arcs, solution, limits)
     return result
@@ -217,3 +217,11 @@ def idle_costs(arcs: Arcs, plan: Placement) -> dict[int, float | None]:
     idle = sorted(set(range(arcs.n_gpus)) - set(plan.gpus))
     forced = forced_times(arcs, idle)
     return {g: None if t is None else round(arcs.window_ms(t) - plan.window_ms, 6) for g, t in forced.items()}
+
+
+def idle_report(arcs: Arcs, plan: Placement) -> dict[int, float | None] | None:
+    """``idle_costs`` where the host/idle DP takes the rig (a free order of up to about 9 GPUs); else
+    None: not computed."""
+    if subset_steps(arcs) > MAX_STEPS:
+        return None
+    return idle_costs(arcs, plan)

@@ -231,8 +231,12 @@ def print_report(r: Result, console: Console) -> None:
     for row in rows:
         c.add_row(*row)
     console.print(c)
-    for g, ms in (r.idle_cost_ms or {}).items():
-        cost = "no plan can use it" if ms is None else f"using it costs {ms:+.3f} ms of window at best"
+    for g in sorted(set(range(p.n_gpus)) - set(plan.gpus)):
+        ms = (r.idle_cost_ms or {}).get(g)
+        if r.idle_cost_ms is None:
+            cost = "left out (its cost is not computed on a rig this large)"
+        else:
+            cost = "no plan can use it" if ms is None else f"using it costs {ms:+.3f} ms of window at best"
         console.print(f"idle: GPU {g} {p.gpu_names[g]}: {cost}")
     sol = r.solution
     proof = "optimal (proven)" if r.status == "optimal" else f"{r.status}, not proven"
