@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -166,7 +167,9 @@ def check_solvable(p: Problem, shown: str) -> None:
     hosts = len(set(p.hosts.tolist()))
     if p.order == "as-given" or not p.idle_gpus or hosts == 1 or p.network_ms == p.handoff_ms:
         return
-    steps = subset_steps_for(p.order, p.n_gpus, hosts)
+    per_gpu = zip(p.free, p.reserve, p.layer_ms, p.min_layers, p.max_layers, p.hosts, strict=True)
+    keys = [tuple(float(v) for v in gpu) for gpu in per_gpu]
+    steps = subset_steps_for(p.order, list(Counter(keys).values()), hosts)  # alike GPUs share a class
     if steps > MAX_STEPS:
         raise InputError(
             shown,

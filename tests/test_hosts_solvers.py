@@ -78,12 +78,13 @@ def brute_force(p: Problem) -> tuple[float, list[int]] | None:
     network_ms=st.sampled_from([0.0, 0.3, 4.0]),
     idle=st.booleans(),
     tight=st.sampled_from([0.6, 1.0, 2.0]),
+    twins=st.booleans(),
     data=st.data(),
 )
 def test_dp_exhaustive_and_cpsat_agree_with_hosts_and_idle(
-    seed, k, n_layers, order, objective, engine, n_hosts, network_ms, idle, tight, data
+    seed, k, n_layers, order, objective, engine, n_hosts, network_ms, idle, tight, twins, data
 ):
-    kw = dict(n_layers=n_layers, n_gpus=k, order=order, objective=objective, tight=tight)
+    kw = dict(n_layers=n_layers, n_gpus=k, order=order, objective=objective, tight=tight, twins=twins)
     p = random_problem(seed, **kw) if engine == "strata" else random_engine_problem(seed, engine, **kw)
     hosts = data.draw(st.lists(st.integers(0, n_hosts - 1), min_size=k, max_size=k))
     if order == "as-given":
@@ -215,7 +216,7 @@ def test_the_two_host_rig_exports_replay_on_the_planned_gpus():
 
 
 def test_a_free_order_with_idle_gpus_beyond_the_dp_is_an_input_error(tmp_path):
-    gpus = "\n".join(f"  - {{free: 9000, layer_ms: 1.0, host: h{g % 2}}}" for g in range(12))
+    gpus = "\n".join(f"  - {{free: 9000, layer_ms: {1 + g / 10}, host: h{g % 2}}}" for g in range(12))
     text = "name: big\nmodel: m.yaml\norder: auto\nidle_gpus: true\nnetwork_handoff_ms: 0.5\ngpus:\n"
     (tmp_path / "rig.yaml").write_text(text + gpus + "\n")
     res = invoke(tmp_path / "rig.yaml", "--model", "models/qwen3-30b-a3b-q4_k_m.yaml")

@@ -2,15 +2,16 @@
 
 A state is what decides which GPU may run the next stage and what its boundary costs: with the order
 as given, the last GPU used (the used GPUs keep rig order and hosts are contiguous, so host runs hold
-by themselves); with a free order, the set of GPUs used and the host of the last one (the next GPU
-must be new, on that host or on one not yet entered). ``F[state][b]`` is the best (mass, time) of
-covering layers [0, b); a step adds an arc of an allowed GPU plus ``entry_units`` when it enters a
-host (see ``solver.arcs``). The tie-break chain runs as in ``solver.solvers.dp``: the throughput
-objective's max stage, spare KV and bottleneck by bisection on thresholds, then the smallest cut
-list (a list that ends is smaller than any longer one it starts) and the smallest GPU order, chosen
-greedily against best completions computed backwards.
+by themselves); with a free order, how many GPUs of each class (identical arcs, one host) are used and
+the host of the last one (the next GPU must be new, on that host or on one not yet entered).
+``F[state][b]`` is the best (mass, time) of covering layers [0, b); a step adds an arc of an allowed
+GPU plus ``entry_units`` when it enters a host (see ``solver.arcs``). The tie-break chain runs as in
+``solver.solvers.dp``: the throughput objective's max stage, spare KV and bottleneck by bisection on
+thresholds, then the smallest cut list (a list that ends is smaller than any longer one it starts)
+and the smallest GPU order, chosen greedily against best completions computed backwards.
 
-A free order's states grow as 2^k; beyond MAX_STEPS transitions per pass it raises TooLarge.
+A free order's states grow as 2^k for k distinct GPUs (far fewer when many are alike); beyond
+MAX_STEPS transitions per pass it raises TooLarge.
 """
 
 from __future__ import annotations
@@ -23,24 +24,41 @@ import numpy as np
 from solver.arcs import Arcs
 from solver.problem import MASS_SCALE
 from solver.solvers import Limits, Solution, TooLarge, stage_key
-from solver.solvers.dp import BIG, NONE, _best, _check_host, _first
+from solver.solvers.dp import BIG, NONE, _best, _check_host, _first, arc_classes
 
 #: Transitions (state, next GPU) one pass of a free order may take: 2^9 * 9 GPUs on one host.
 MAX_STEPS = 5000
 
 
-def subset_steps_for(order: str, k: int, hosts: int) -> int:
-    """Transitions per pass: about k^2 with the order as given, 2^k k (hosts + 1) when free."""
-    return k * (k + 1) if order == "as-given" else 2**k * k * (hosts + 1)
+def subset_steps_for(order: str, mult: list[int], hosts: int) -> int:
+    """Transitions per pass, about k^2 with the order as given; with a free order the class-count
+    states (``mult`` GPUs in each class) times (hosts + 1) last hosts times the classes."""
+    k = sum(mult)
+    if order == "as-given":
+        return k * (k + 1)
+    return int(np.prod(np.array(mult) + 1)) * (hosts + 1) * len(mult)
+
+
+def gpu_classes(arcs: Arcs) -> np.ndarray:
+    """Class of each GPU, shape (k,), numbered in rig order: GPUs with identical arcs on one host."""
+    keys = list(zip(arc_classes(arcs).tolist(), arcs.hosts.tolist(), strict=True))
+    first = {key: i for i, key in reversed(list(enumerate(keys)))}
+    order = sorted(set(first.values()))
+    return np.array([order.index(first[key]) for key in keys], dtype=np.int64)
 
 
 def subset_steps(arcs: Arcs) -> int:
     """Transitions per pass of this table's rig."""
-    return subset_steps_for(arcs.order, arcs.n_gpus, arcs.n_hosts)
+    mult = np.bincount(gpu_classes(arcs)).tolist() if arcs.order == "auto" else [arcs.n_gpus]
+    return subset_steps_for(arcs.order, mult, arcs.n_hosts)
 
 
 class _States:
-    """The DP's states, numbered so that every transition goes to a larger number."""
+    """The DP's states, numbered so that every transition goes to a larger number.
+
+    A free order's state is (counts of GPUs used per class, last host + 1) as one mixed-radix number:
+    identical GPUs on one host are interchangeable, and a class's next GPU is its next unused member
+    in rig order (so the smallest GPU order comes first)."""
 
     def __init__(self, arcs: Arcs):
         self.arcs = arcs
@@ -54,9 +72,20 @@ class _States:
                 f"not {subset_steps(arcs):,} ({self.k} GPUs in a free order)"
             )
         self.by_gpu = [np.flatnonzero(arcs.gpu == g) for g in range(self.k)]
-        self.count = self.k + 1 if self.as_given else 2**self.k * (self.h + 1)
-        self.full = 2**self.k - 1
+        if self.as_given:
+            self.count = self.k + 1
+        else:
+            cls = gpu_classes(arcs)
+            self.members = [np.flatnonzero(cls == c) for c in range(int(cls.max()) + 1)]
+            self.mult = np.array([len(m) for m in self.members], dtype=np.int64)
+            self.stride = np.concatenate([[1], np.cumprod(self.mult + 1)[:-1]]).astype(np.int64)
+            self.full = int(np.prod(self.mult + 1)) - 1
+            self.count = (self.full + 1) * (self.h + 1)
         self._succ = [self._successors(s) for s in range(self.count)]
+
+    def counts(self, state: int) -> np.ndarray:
+        """GPUs used per class in a free order's state."""
+        return (state // (self.h + 1) // self.stride) % (self.mult + 1)
 
     def _successors(self, state: int) -> list[tuple[int, int, bool]]:
         """(GPU, next state, enters a host) for each GPU that may run the next stage."""
@@ -67,16 +96,18 @@ class _States:
                 enters = last < 0 or self.host[g] != self.host[last]
                 out.append((g, g + 1, bool(enters)))
             return out
-        mask, lh = divmod(state, self.h + 1)
+        used, lh = divmod(state, self.h + 1)
         lh -= 1
-        entered = {int(self.host[g]) for g in range(self.k) if mask >> g & 1}
-        if (mask == 0) != (lh < 0):
+        counts = self.counts(state)
+        if (used == 0) != (lh < 0):
             return out
-        for g in range(self.k):
+        entered = {int(self.host[m[0]]) for m, c in zip(self.members, counts, strict=True) if c > 0}
+        for c in np.flatnonzero(counts < self.mult):
+            g = int(self.members[c][counts[c]])
             hg = int(self.host[g])
-            if mask >> g & 1 or (hg != lh and hg in entered):
+            if hg != lh and hg in entered:
                 continue
-            out.append((g, (mask | 1 << g) * (self.h + 1) + hg + 1, hg != lh))
+            out.append((g, (used + int(self.stride[c])) * (self.h + 1) + hg + 1, hg != lh))
         return out
 
     def successors(self, state: int) -> list[tuple[int, int, bool]]:
@@ -260,7 +291,7 @@ def forced_times(arcs: Arcs, gpus: list[int]) -> dict[int, int | None]:
 
     What an idle GPU would have cost (the report compares it with the plan's). With the order as
     given a plan uses g when it passes the state "last GPU g": forward and backward values meet
-    there. With a free order, g is in the final state's set."""
+    there. With a free order, the final state has used g's class."""
     states = _States(arcs)
     allowed = np.ones(len(arcs), dtype=bool)
     fwd = states.forward(allowed)
@@ -275,9 +306,9 @@ def forced_times(arcs: Arcs, gpus: list[int]) -> dict[int, int | None]:
                 ok = (fm >= 0) & (bm >= 0)
                 cands = [(int(fm[b] + bm[b]), int(ft[b] + bt[b])) for b in np.flatnonzero(ok)]
         else:
-            for state, (m, t) in fwd.items():
-                mask = state // (states.h + 1)
-                if mask >> g & 1 and states.terminal(state) and m[-1] >= 0:
+            c = next(i for i, members in enumerate(states.members) if g in members)
+            for state, (m, t) in fwd.items():  # a plan using g's class can use g (identical arcs)
+                if states.counts(state)[c] > 0 and states.terminal(state) and m[-1] >= 0:
                     cands.append((int(m[-1]), int(t[-1])))
         out[g] = min(cands, key=lambda c: (-c[0], c[1]))[1] if cands else None
     return out
