@@ -240,3 +240,45 @@ def test_cpsat_keeps_host_runs_in_a_free_order(seed, k, objective, data):
     assert (cp.status, cp.gpus, cp.cuts) == (dp.status, dp.gpus, dp.cuts)
     if dp.found:
         assert feasible(p, evaluate(p, dp.gpus, dp.cuts))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 10**6),
+    k=st.integers(2, 4),
+    order=st.sampled_from(["as-given", "auto"]),
+    objective=st.sampled_from(["time", "mass", "throughput"]),
+)
+def test_cpsat_descents_break_idle_ties_as_the_dp(seed, k, order, objective):
+    """Tie-set enumeration off: CP-SAT's cut descent (a list may end) and order descent (as given too,
+    the cuts no longer fix the GPUs) pick the DP's plan among idle-GPU ties."""
+    import solver.solvers.cpsat as cpsat
+
+    p = random_problem(seed, n_layers=6, n_gpus=k, order=order, objective=objective, tight=4.0, twins=True)
+    p = dataclasses.replace(p, idle_gpus=True)
+    arcs = build_arcs(p, build_table(p))
+    saved, cpsat.MAX_TIES = cpsat.MAX_TIES, 0
+    try:
+        cp = solve_cpsat(arcs, Limits(workers=1))
+    finally:
+        cpsat.MAX_TIES = saved
+    dp = solve_dp(arcs)
+    assert (cp.status, cp.gpus, cp.cuts) == (dp.status, dp.gpus, dp.cuts)
+
+
+def test_a_cut_list_that_ends_comes_before_a_longer_one_it_starts():
+    """Cards of 3, 1 and 1 ms a layer (at least 2, 3 and 1 layers; at most 4, 4 and 1), 6 layers, no
+    hand-off: G0 2 + G1 4 layers and G0 2 + G1 3 + G2 1 both take 10 ms with a 6 ms bottleneck, so the
+    cut lists decide and [2] comes before [2, 5]; CP-SAT's cut descent (tie enumeration off) agrees."""
+    import solver.solvers.cpsat as cpsat
+
+    p = hand_rig([3.0, 1.0, 1.0], [4, 4, 1], [0, 0, 0], 0.0, handoff_ms=0.0, n_layers=6)
+    p = dataclasses.replace(p, min_layers=np.array([2, 3, 1], dtype=np.int64))
+    arcs = build_arcs(p, build_table(p))
+    saved, cpsat.MAX_TIES = cpsat.MAX_TIES, 0
+    try:
+        cp = solve_cpsat(arcs, Limits(workers=1))
+    finally:
+        cpsat.MAX_TIES = saved
+    for sol in (cp, solve_dp(arcs), solve_exhaustive(arcs)):
+        assert (sol.gpus, sol.cuts) == ((0, 1), (2,)), sol.name

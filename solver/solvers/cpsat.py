@@ -92,11 +92,30 @@ def covers(arcs: Arcs) -> bool:
 
 
 def _prune(chain: _Chain, weight: Callable[[Arcs], np.ndarray], sense: str, limit: int) -> None:
-    """Keep the arcs whose best whole plan can reach ``limit``; a no-op with idle GPUs (see solve_cpsat)."""
-    if chain.arcs.idle:
-        return
-    through = best_through(chain.arcs, weight(chain.arcs), sense)
+    """Keep the arcs whose best whole plan can reach ``limit``. With idle GPUs the bound is the best
+    path through the arc over any arcs at all (``_through_any``), a relaxation of any plan."""
+    a = chain.arcs
+    through = (_through_any if a.idle else best_through)(a, weight(a), sense)
     chain.keep(through >= limit if sense == "max" else through <= limit)
+
+
+def _through_any(arcs: Arcs, weight: np.ndarray, sense: str) -> np.ndarray:
+    """Per arc, the best total ``weight`` of a path of arcs from layer 0 to layer L through it, any
+    GPUs, any count (``sense`` "min": a lower bound on every plan through it; "max": an upper one)."""
+    n = arcs.n_layers
+    worst = np.iinfo(np.int64).max // 4 * (1 if sense == "min" else -1)
+    better = np.minimum if sense == "min" else np.maximum
+    fwd = np.full(n + 1, worst, dtype=np.int64)
+    bwd = np.full(n + 1, worst, dtype=np.int64)
+    fwd[0], bwd[n] = 0, 0
+    for p in range(n):  # arcs go forward, so boundary p is final once the arcs into it are seen
+        on = (arcs.start == p) & (fwd[p] != worst)
+        better.at(fwd, arcs.end[on], fwd[p] + weight[on])
+    for p in range(n, 0, -1):
+        on = (arcs.end == p) & (bwd[p] != worst)
+        better.at(bwd, arcs.start[on], bwd[p] + weight[on])
+    dead = (fwd[arcs.start] == worst) | (bwd[arcs.end] == worst)
+    return np.where(dead, worst, fwd[arcs.start] + weight + bwd[arcs.end])
 
 
 def _host_runs(m: cp_model.CpModel, xs: np.ndarray, arcs: Arcs) -> None:
@@ -266,7 +285,8 @@ def solve_cpsat(arcs: Arcs, limits: Limits | None = None, hint: Solution | None 
 
     SPEC 8: idle GPUs make each GPU's arcs at most one (as given, a stage's successor runs on a later
     GPU); host runs in a free order are constraints (``_host_runs``). With idle GPUs the arc bounds
-    (``best_through``, ``relaxed_bound``) count exactly k stages, so they prune nothing there. TooLarge
+    of ``best_through`` and ``relaxed_bound`` count exactly k stages, so arcs are pruned by the best
+    path over any arcs instead (``_through_any``), and no relaxed bound is reported. TooLarge
     when idle GPUs meet hosts whose network hop differs from the hand-off: each host entry would cost
     time outside the arcs (``solver.solvers.subsetdp`` answers those)."""
     if not covers(arcs):
@@ -503,7 +523,8 @@ def _tie_breaks(chain: _Chain) -> bool:
 
     if not _bottleneck_descent(chain):
         return False
-    return _cut_descent(chain) and (chain.arcs.order != "auto" or _order_descent(chain))
+    fixed = chain.arcs.order != "auto" and not chain.arcs.idle  # then the cuts fix the GPUs
+    return _cut_descent(chain) and (fixed or _order_descent(chain))
 
 
 def _cut_descent(chain: _Chain) -> bool:
