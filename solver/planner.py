@@ -216,7 +216,8 @@ def plan_rig(p: Problem, limits: Limits | None = None, check: bool = False) -> R
 
 def idle_costs(arcs: Arcs, plan: Placement) -> dict[int, float | None]:
     """Per idle GPU, how many ms more the best window of a plan that uses it is than the plan's
-    (None: no plan can use it). The mass objective ranks the plans that use it by mass first."""
+    (None: no plan can use it). The mass objective ranks the plans that use it by mass first; a
+    ``host_memory`` limit is not applied to those plans (the figure is then a lower bound)."""
     idle = sorted(set(range(arcs.n_gpus)) - set(plan.gpus))
     forced = forced_times(arcs, idle)
     return {g: None if t is None else round(arcs.window_ms(t) - plan.window_ms, 6) for g, t in forced.items()}
