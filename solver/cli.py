@@ -55,7 +55,10 @@ class _DefaultToPlan(click.Group):
         ("solve rigs/duo.yaml --json --out plan.json", "the plan as one JSON object, also saved to a file"),
         ("solve rigs/box.yaml --context 65536 --export strata", "plan a 64K context; print the engine flags"),
         ("solve rigs/box.yaml --plot plan.svg", "draw VRAM and compute per GPU (.png, .svg or .pdf)"),
+        ("solve rigs/llama-mix.yaml --export llama.cpp", "plan for llama.cpp; print -ts and the -ot regex"),
+        ("solve rigs/vllm-mix.yaml --objective throughput", "plan vLLM stages for batched serving"),
         ("solve probe -o rigs/mine.yaml", "write a rig from this machine's GPUs, to edit and plan"),
+        ('solve rig new "RTX 4090" "RTX 3090" -o rigs/mine.yaml', "or from card names, without NVML"),
     )
 
     def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
@@ -98,11 +101,12 @@ class _DefaultToPlan(click.Group):
 def cli() -> None:
     """Plan the layer split of an MoE model over mismatched GPUs.
 
-    RIG is a YAML file listing the GPUs in pipeline order (free VRAM, speed) and naming the model and
-    its routing profile. The plan chooses the cut points (and, with --order auto, the GPU order) that
-    minimise the predicted decode window under every card's memory, proves it optimal with CP-SAT, and
-    shows it beside the proportional split engines use. File formats and the arithmetic:
-    docs/reference.md.
+    RIG is a YAML file listing the GPUs in pipeline order (free VRAM, speed) and naming the model (and,
+    for the Strata engine, its routing profile). The plan chooses the cut points (and, with --order
+    auto, the GPU order) that minimise the predicted decode window under every card's memory for the
+    engine that will run it (strata, llama.cpp, vllm, sglang), proves it optimal with an exact DP or
+    CP-SAT, and shows it beside what the engine does by default. File formats and the arithmetic:
+    docs/reference.md; the engines: docs/engines.md.
     """
 
 

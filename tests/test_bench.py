@@ -152,3 +152,11 @@ def test_bench_without_rigs_says_where_it_looked(tmp_path, monkeypatch):
     assert (
         "no rigs given and no rigs/*.yaml under" in res.stderr and str(tmp_path / "elsewhere") in res.stderr
     )
+
+
+def test_bench_plans_every_rig_for_the_engine_asked(write):
+    rig = tiny_rig(write)
+    res = run("--rig", str(rig), "--repeat", "1", "--budget", "0", "--engine", "vllm", "--json")
+    assert res.exit_code == 0, res.output
+    [row] = json.loads(res.output)["rigs"]
+    assert row["rig"] == "tiny (vllm)" and row["status"] in ("optimal", "infeasible")

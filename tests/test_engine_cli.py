@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from click.testing import CliRunner
 from clirun import invoke
 from rigfiles import tiny_rig
 
+from solver.cli import cli
 from solver.config import shown_path
 from solver.problem import DEFAULT_EXPERT_TENSORS as TENSORS
 
@@ -147,3 +149,23 @@ def test_llama_mix_export_replays_to_the_plan():
         f"blk.{o['layer']}.{t}.weight" for s in d["stages"] for o in s["offload"] for t in o["tensors"]
     }
     assert offload and on_cpu == offload
+
+
+def test_host_memory_bounds_the_experts_left_in_host_ram(tmp_path):
+    """Strata keeps every expert no card caches in host RAM; the JSON and report say how much, and a
+    host_memory below what every placement needs is infeasible with the reason."""
+    gpus = [{"name": "a", "free": 1200, "layer_ms": 1.0}, {"name": "b", "free": 1300, "layer_ms": 2.0}]
+    code, free = _json(tiny_rig(tmp_path, gpus=gpus))
+    assert code == 0 and free["host_bytes"] == 8 * 6 * 40 - sum(s["cache_bytes"] for s in free["stages"]) > 0
+    code, d = _json(tiny_rig(tmp_path, gpus=gpus, rig_extra={"host_memory": free["host_bytes"]}))
+    assert code == 0 and (d["cuts"], d["host_bytes"]) == (free["cuts"], free["host_bytes"])
+    code, d = _json(tiny_rig(tmp_path, gpus=gpus, rig_extra={"host_memory": free["host_bytes"] - 1}))
+    assert code == 3 and d["status"] == "infeasible"
+    least = free["host_bytes"]  # this rig's fastest plan already caches the most
+    assert d["reason"] == (
+        f"every placement leaves at least {least} B of experts in host memory, more than host_memory "
+        f"({least - 1} B)"
+    )
+    table = CliRunner().invoke(cli, [str(tiny_rig(tmp_path, gpus=gpus)), "--workers", "1"]).stdout
+    [row] = [line.split() for line in table.splitlines() if "experts in host RAM" in line]
+    assert row[4:6] == [str(least), "B"]  # the plan's column (the baseline's follows)

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from solver.arcs import SPARE_UNLIMITED, build_arcs
 from solver.engines import build_table, stage_fill
 from solver.plan import evaluate
+from solver.solvers import plan_arcs
 from solver.solvers.cpsat import solve_cpsat
 from solver.solvers.dp import solve_dp
 from solver.solvers.exhaustive import solve_exhaustive
@@ -69,21 +70,25 @@ def test_resident_rooms_hold_every_expert(seed):
 
 
 @st.composite
-def engine_problems(draw):
-    engine = draw(st.sampled_from(["llama.cpp", "vllm", "sglang"]))
-    return random_engine_problem(
+def rigs(draw):
+    """(seed, layers, GPUs, order) of a small random rig."""
+    return (
         draw(st.integers(0, 10**6)),
-        engine,
-        n_layers=draw(st.integers(3, 8)),
-        n_gpus=draw(st.integers(1, 3)),
-        order=draw(st.sampled_from(["as-given", "auto"])),
-        objective=draw(st.sampled_from(["time", "mass"])),
+        draw(st.integers(3, 8)),
+        draw(st.integers(1, 3)),
+        draw(st.sampled_from(["as-given", "auto"])),
     )
 
 
-@settings(max_examples=120, deadline=None)
-@given(engine_problems())
-def test_solvers_agree_under_every_engine(p):
+@pytest.mark.parametrize("objective", ["time", "mass", "throughput"])
+@pytest.mark.parametrize("engine", ["llama.cpp", "vllm", "sglang"])
+@settings(max_examples=100, deadline=None)
+@given(rig=rigs())
+def test_solvers_agree_under_every_engine(engine, objective, rig):
+    seed, n_layers, n_gpus, order = rig
+    p = random_engine_problem(
+        seed, engine, n_layers=n_layers, n_gpus=n_gpus, order=order, objective=objective
+    )
     arcs = build_arcs(p, build_table(p))
     ex = solve_exhaustive(arcs)
     dp = solve_dp(arcs)
@@ -91,7 +96,6 @@ def test_solvers_agree_under_every_engine(p):
     assert (ex.status, ex.gpus, ex.cuts) == (dp.status, dp.gpus, dp.cuts) == (cp.status, cp.gpus, cp.cuts)
     if ex.found:
         plan = evaluate(p, ex.gpus, ex.cuts)
-        window = arcs.window_ms(
-            int(arcs.time[arcs.index()[list(ex.gpus), [0, *ex.cuts], [*ex.cuts, p.n_layers]]].sum())
-        )
-        assert plan.window_ms == pytest.approx(window, abs=1e-6)
+        ids = plan_arcs(arcs, ex.gpus, ex.cuts)
+        assert plan.window_ms == pytest.approx(arcs.window_ms(int(arcs.time[ids].sum())), abs=1e-6)
+        assert plan.bottleneck_ms == pytest.approx(int(arcs.stage[ids].max()) / arcs.time_scale, abs=1e-6)

@@ -10,9 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from factory import random_problem
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from test_agreement import problems
 
 from solver.arcs import build_arcs
 from solver.engines import build_table
@@ -44,21 +43,6 @@ def test_tie_rigs_are_proven_by_the_dp_without_a_solve(rig, cuts, gpus):
     assert r.status == "optimal" and r.solution.name == "dp"
     assert r.solution.info.get("solves", 0) == 0
     assert (r.plan.cuts, r.plan.gpus) == (cuts, gpus)
-
-
-@st.composite
-def problems(draw: st.DrawFn):
-    k = draw(st.integers(1, 4))
-    return random_problem(
-        seed=draw(st.integers(0, 10**6)),
-        n_layers=draw(st.integers(min(2 * k + 1, 9), 9)),
-        n_gpus=k,
-        experts=draw(st.integers(1, 6)),
-        order=draw(st.sampled_from(["as-given", "auto"])),
-        objective=draw(st.sampled_from(["time", "mass"])),
-        tight=draw(st.floats(0.7, 2.0)),
-        twins=draw(st.booleans()),
-    )
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -94,26 +94,13 @@ def stage_fill(p: Problem, g: int, a: int, b: int) -> StageFill:
     """Walk the range's units in fill order, taking each that fits: the definition, for reports and tests."""
     room = p.room(g, a, b)
     units = np.flatnonzero((p.unit_layer >= a) & (p.unit_layer < b))
-    held: list[int] = []
-    used = 0
+    used, kept = 0, np.zeros(len(units), dtype=bool)
     if room >= 0:
-        for u in units:
+        for i, u in enumerate(units):
             if used + int(p.unit_bytes[u]) <= room:
                 used += int(p.unit_bytes[u])
-                held.append(int(u))
-    left = sorted(set(units.tolist()) - set(held), key=lambda u: (p.unit_layer[u], u))
-    total = float(p.unit_ms.sum())
-    return StageFill(
-        room=room,
-        cache_bytes=used,
-        held=len(held),
-        visible=len(units),
-        held_mass=float(p.unit_ms[held].sum()) / total if total else 0.0,
-        miss_ms=float(p.unit_ms[left].sum()),
-        host_bytes=int(p.unit_bytes[left].sum()),
-        offload=[(int(p.unit_layer[u]), p.unit_names[u]) for u in left],
-        fits=room >= 0,
-    )
+                kept[i] = True
+    return _fill(p, room, units, kept, fits=room >= 0)
 
 
 def cpu_moe_fill(p: Problem, g: int, a: int, b: int, n_cpu_moe: int) -> StageFill:
@@ -123,23 +110,25 @@ def cpu_moe_fill(p: Problem, g: int, a: int, b: int, n_cpu_moe: int) -> StageFil
     """
     room = p.room(g, a, b)
     units = np.flatnonzero((p.unit_layer >= a) & (p.unit_layer < b))
-    on_cpu = units[p.unit_layer[units] < n_cpu_moe]
-    kept = units[p.unit_layer[units] >= n_cpu_moe]
+    kept = p.unit_layer[units] >= n_cpu_moe
+    return _fill(p, room, units, kept, fits=room >= int(p.unit_bytes[units[kept]].sum()))
+
+
+def _fill(p: Problem, room: int, units: np.ndarray, kept: np.ndarray, fits: bool) -> StageFill:
+    """A stage that keeps ``units[kept]`` on its GPU and leaves the rest to the CPU."""
+    on_gpu, on_cpu = units[kept], units[~kept]
+    on_cpu = on_cpu[np.argsort(p.unit_layer[on_cpu], kind="stable")]  # by layer, then fill order
     total = float(p.unit_ms.sum())
-    cache = int(p.unit_bytes[kept].sum())
     return StageFill(
         room=room,
-        cache_bytes=cache,
-        held=len(kept),
+        cache_bytes=int(p.unit_bytes[on_gpu].sum()),
+        held=len(on_gpu),
         visible=len(units),
-        held_mass=float(p.unit_ms[kept].sum()) / total if total else 0.0,
+        held_mass=float(p.unit_ms[on_gpu].sum()) / total if total else 0.0,
         miss_ms=float(p.unit_ms[on_cpu].sum()),
         host_bytes=int(p.unit_bytes[on_cpu].sum()),
-        offload=[
-            (int(p.unit_layer[u]), p.unit_names[u])
-            for u in sorted(on_cpu, key=lambda u: (p.unit_layer[u], u))
-        ],
-        fits=room >= cache,
+        offload=[(int(p.unit_layer[u]), p.unit_names[u]) for u in on_cpu],
+        fits=fits,
     )
 
 
