@@ -51,6 +51,13 @@ class Arcs:
         layers keep no per-token KV; larger is better, the plan's is the minimum over stages
     host: bytes of its layers' experts the stage leaves in host memory; a plan's sum is bounded
         by ``host_limit`` (bytes, None = no limit), a side constraint every solver must respect
+
+    SPEC 8 (idle GPUs, hosts): ``gpu_host`` (k,) is each GPU's machine; with ``idle`` a plan may
+    leave GPUs out. Hand-offs stay exact in the same sums: with idle GPUs every arc's ``time``
+    carries one ``handoff_ms`` and ``const_time`` one less, so s stages pay s - 1 hand-offs; each
+    run of one host's stages beyond the first pays ``network - handoff`` more. Without idle GPUs
+    every host has one run and that total is in ``const_time``; with them each run costs
+    ``entry_units`` (``const_time`` holds minus one of them, a plan has at least one run).
     """
 
     n_layers: int
@@ -72,6 +79,24 @@ class Arcs:
     spare: np.ndarray
     host: np.ndarray
     host_limit: int | None = None
+    gpu_host: np.ndarray | None = None
+    idle: bool = False
+    entry_units: int = 0
+
+    @property
+    def hosts(self) -> np.ndarray:
+        """Host index of each GPU, shape (k,)."""
+        return self.gpu_host if self.gpu_host is not None else np.zeros(self.n_gpus, dtype=np.int64)
+
+    @property
+    def n_hosts(self) -> int:
+        return int(self.hosts.max(initial=0)) + 1
+
+    @property
+    def subsets(self) -> bool:
+        """True when plans differ in which GPUs they use or must keep host runs: idle GPUs allowed,
+        or a free order over several hosts. The class-count DP and CP-SAT's model do not cover it."""
+        return self.idle or (self.order == "auto" and self.n_hosts > 1)
 
     @property
     def coarse(self) -> int:
@@ -125,7 +150,7 @@ def _reachable(
     With the order as given, stage s is GPU s, so reachability is tracked per stage.
     """
     n, k = p.n_layers, p.n_gpus
-    layered = p.order == "as-given"
+    layered = p.order == "as-given" and not p.idle_gpus
     stage = gpu if layered else np.zeros_like(gpu)
     nxt = stage + 1 if layered else stage
     rows = k + 1 if layered else 1
@@ -149,7 +174,10 @@ def build_arcs(p: Problem, table: Table) -> Arcs:
     minlen = np.where(a == 0, np.maximum(p.min_layers[g], p.first_stage_min_layers), p.min_layers[g])
     keep = (length >= minlen) & (length <= p.max_layers[g])
     first_min = np.maximum(p.min_layers, p.first_stage_min_layers)
-    if p.order == "as-given":
+    if p.idle_gpus:  # any subset of the others may cover the rest
+        others_max = p.max_layers.sum() - p.max_layers[g]
+        keep &= a + (n - b) <= others_max
+    elif p.order == "as-given":
         head_min = np.concatenate([[0], np.cumsum(np.r_[first_min[:1], p.min_layers[1:]])])[g]
         head_max = np.concatenate([[0], np.cumsum(p.max_layers)])[g]
         tail = np.concatenate([np.cumsum(p.min_layers[::-1])[::-1], [0]])
@@ -169,7 +197,15 @@ def build_arcs(p: Problem, table: Table) -> Arcs:
     layer_units = np.rint(p.layer_ms * scale).astype(np.int64)
     compute = (b - a) * layer_units[g]
     w = table.weigh(g, a, b, scale, p.objective == "mass")
-    const = table.miss_units(scale) + round(p.handoff_ms * scale) * (k - 1)
+    hop = round(p.handoff_ms * scale)
+    entry = round(p.network_ms * scale) - hop if len(p.host_names) > 1 else 0
+    hosts = len(set(p.hosts.tolist()))
+    if p.idle_gpus:
+        time = compute - w.saved + hop
+        const = table.miss_units(scale) - hop - entry
+    else:
+        time = compute - w.saved
+        const = table.miss_units(scale) + hop * (k - 1) + entry * (hosts - 1)
     return Arcs(
         n_layers=n,
         n_gpus=k,
@@ -180,7 +216,7 @@ def build_arcs(p: Problem, table: Table) -> Arcs:
         gpu=g,
         start=a,
         end=b,
-        time=compute - w.saved,
+        time=time,
         mass=w.mass,
         bottleneck=compute,
         const_time=const,
@@ -190,6 +226,9 @@ def build_arcs(p: Problem, table: Table) -> Arcs:
         spare=w.spare,
         host=w.host,
         host_limit=p.host_memory,
+        gpu_host=p.hosts.astype(np.int64),
+        idle=p.idle_gpus,
+        entry_units=entry if p.idle_gpus else 0,
     )
 
 
@@ -204,6 +243,7 @@ def _twins(p: Problem) -> list[tuple[int, int]]:
             float(p.layer_ms[g]),
             int(p.min_layers[g]),
             int(p.max_layers[g]),
+            int(p.hosts[g]),
         )
         for g in range(p.n_gpus)
     ]

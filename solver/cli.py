@@ -20,6 +20,7 @@ from solver.console import console as make_console
 from solver.engines import ENGINES
 from solver.errors import InputError
 from solver.export import Offload, check_export_engine, export_lines
+from solver.export_hosts import Hosts
 from solver.model_cli import model_group, rig_group
 from solver.plausible import doubts
 from solver.problem import Overrides, load_problem
@@ -145,6 +146,7 @@ def _progress(enabled: bool) -> tuple[Callable[[str, float, float], None] | None
     type=click.Choice(["as-given", "auto"]),
     help="Keep the rig's GPU order, or choose it.",
 )
+@click.option("--idle-gpus", is_flag=True, help="Let the plan leave out GPUs that cost more than they give.")
 @click.option("--context", type=click.IntRange(min=0), help="Tokens of KV cache per full-attention layer.")
 @click.option(
     "--time-limit",
@@ -187,6 +189,7 @@ def plan_cmd(
     profile: Path | None,
     objective: str | None,
     order: str | None,
+    idle_gpus: bool,
     context: int | None,
     time_limit: float | None,
     check: bool,
@@ -198,7 +201,7 @@ def plan_cmd(
     workers: int,
 ) -> None:
     """Plan RIG: choose the cuts (and GPU order) that minimise the decode window."""
-    from solver.planner import plan_rig
+    from solver.planner import check_solvable, plan_rig
     from solver.report import print_report, to_json
 
     try:
@@ -206,7 +209,8 @@ def plan_cmd(
             from solver.plotting import check_plot_file
 
             check_plot_file(plot, shown_path(plot))
-        problem = load_problem(rig, Overrides(model, profile, objective, order, context, engine))
+        problem = load_problem(rig, Overrides(model, profile, objective, order, context, engine, idle_gpus))
+        check_solvable(problem, shown_path(rig))
         refused = check_export_engine(export, problem.engine) if export else None
         if refused:
             raise InputError(shown_path(rig), f"--export {export}: {refused}")
@@ -259,10 +263,13 @@ def plan_cmd(
 
 def _export_flags(engine: str, result: Result) -> list[str]:
     """The lines that make ``engine`` run the plan; a plan the engine cannot express exits 2."""
-    plan = result.plan
+    plan, p = result.plan, result.problem
     offload = [Offload(layer, name) for s in plan.stages for layer, names in s.offload for name in names]
+    hosts = None
+    if len(p.host_names) > 1:  # the machine listed first in the rig runs the main command
+        hosts = Hosts(tuple(p.host_names[h] for h in p.hosts), local=p.host_names[0])
     try:
-        return export_lines(engine, plan.gpus, plan.cuts, result.problem.n_layers, offload)
+        return export_lines(engine, plan.gpus, plan.cuts, p.n_layers, offload, hosts=hosts)
     except ValueError as exc:
         click.echo(f"--export {engine}: {exc}", err=True)
         sys.exit(EXIT_INPUT)
@@ -280,7 +287,19 @@ def _export_flags(engine: str, result: Result) -> list[str]:
 )
 @click.option("--reserve", default="700 MiB", show_default=True, help="VRAM kept free on every card.")
 @click.option("--force", is_flag=True, help="Overwrite the output file.")
-def probe_cmd(output: Path | None, model: Path | None, context: int, reserve: str, force: bool) -> None:
+@click.option("--host", help="Name this machine on every GPU (rigs that span machines).")
+@click.option(
+    "--gpus-only", is_flag=True, help="Print only the gpus: items, to append to another host's rig."
+)
+def probe_cmd(
+    output: Path | None,
+    model: Path | None,
+    context: int,
+    reserve: str,
+    force: bool,
+    host: str | None,
+    gpus_only: bool,
+) -> None:
     """Read the local NVIDIA GPUs (NVML) and write a rig file to edit."""
     from solver.probe import ProbeError, run
     from solver.units import parse_size
@@ -291,7 +310,7 @@ def probe_cmd(output: Path | None, model: Path | None, context: int, reserve: st
         click.echo(f"--reserve: {exc}", err=True)
         sys.exit(EXIT_INPUT)
     try:
-        text = run(output, model, context, reserve_bytes, force)
+        text = run(output, model, context, reserve_bytes, force, host=host, gpus_only=gpus_only)
     except ProbeError as exc:
         click.echo(str(exc), err=True)
         sys.exit(exc.code)

@@ -101,6 +101,7 @@ class GpuConfig(_Strict):
     clock_ghz: PositiveMs | None = None
     min_layers: Count = 1
     max_layers: Count | None = None
+    host: Name = "local"
 
 
 class RigConfig(_Strict):
@@ -117,6 +118,8 @@ class RigConfig(_Strict):
     engine: Literal["strata", "llama.cpp", "vllm", "sglang"] = "strata"
     host_bandwidth: Rate | None = None
     host_memory: Size | None = None
+    network_handoff_ms: NonNegMs | None = None
+    idle_gpus: bool = False
     gpus: Annotated[list[GpuConfig], Field(min_length=1)]
 
 
@@ -264,6 +267,25 @@ def load_rig(path: Path) -> tuple[RigConfig, YamlDoc]:
         if gpu.max_layers is not None and gpu.max_layers < gpu.min_layers:
             raise doc.error(("gpus", i, "max_layers"), f"is below min_layers ({gpu.min_layers})")
     return rig, doc
+
+
+def check_host_runs(rig: RigConfig, doc: YamlDoc) -> None:
+    """With the order as given, each host's GPUs must be listed together: the pipeline visits every
+    host once (SPEC 8). An interleaved list is an error naming the GPUs."""
+    if rig.order != "as-given":
+        return
+    seen: dict[str, int] = {}
+    for i, gpu in enumerate(rig.gpus):
+        last = seen.get(gpu.host)
+        if last is not None and last != i - 1:
+            between = rig.gpus[i - 1]
+            raise doc.error(
+                ("gpus", i, "host"),
+                f"GPU {i} is on host {gpu.host!r} like GPU {last}, but GPU {i - 1} between them is on "
+                f"{between.host!r}: with the order as given each host's GPUs must be listed together "
+                f"(or use order: auto)",
+            )
+        seen[gpu.host] = i
 
 
 def load_model(path: Path) -> tuple[ModelConfig, YamlDoc]:

@@ -117,7 +117,7 @@ def evaluate(
             )
         )
     held = float(np.sum([s.held_mass for s in stages])) if p.engine in ("strata", "llama.cpp") else 1.0
-    compute = sum(s.compute_ms for s in stages) + p.handoff_ms * (len(stages) - 1)
+    compute = sum(s.compute_ms for s in stages) + handoffs_ms(p, [s.gpu for s in stages])
     if p.engine == "strata":
         window = compute + p.miss_ms * (1.0 - held)
     else:
@@ -125,11 +125,28 @@ def evaluate(
     return Placement(stages=stages, window_ms=window, held_mass=held)
 
 
+def handoffs_ms(p: Problem, gpus: list[int]) -> float:
+    """The boundaries' cost: ``network_handoff_ms`` where consecutive stages are on different hosts,
+    ``handoff_ms`` where they share one (SPEC 8)."""
+    hosts = p.hosts
+    return sum(p.handoff_ms if hosts[g] == hosts[h] else p.network_ms for g, h in pairwise(gpus))
+
+
 def feasible(p: Problem, plan: Placement) -> bool:
-    """Every SPEC 3 rule: layer counts within each GPU's limits and every room >= 0."""
+    """Every rule of SPEC 3, 6 and 8: layer counts within each GPU's limits, every stage fits, each GPU
+    at most once (exactly once unless idle GPUs are allowed; in rig order as given), each host's stages
+    one run, and the experts left in host memory within ``host_memory``."""
     for i, s in enumerate(plan.stages):
         n = s.end - s.start
         low = max(int(p.min_layers[s.gpu]), p.first_stage_min_layers if i == 0 else 1)
         if not (low <= n <= p.max_layers[s.gpu]) or not s.fits:
             return False
-    return sorted(plan.gpus) == list(range(p.n_gpus))
+    gpus = plan.gpus
+    if len(set(gpus)) != len(gpus) or (not p.idle_gpus and len(gpus) != p.n_gpus):
+        return False
+    if p.order == "as-given" and gpus != sorted(gpus):
+        return False
+    runs = [int(h) for i, h in enumerate(p.hosts[gpus]) if i == 0 or h != p.hosts[gpus[i - 1]]]
+    if len(runs) != len(set(runs)):
+        return False
+    return p.host_memory is None or plan.host_bytes <= p.host_memory

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,14 +19,16 @@ import numpy as np
 from solver.arcs import Arcs, build_arcs
 from solver.baselines import Baseline, engine_baseline
 from solver.engines import build_table
+from solver.errors import InputError
 from solver.infeasible import explain
 from solver.plan import Placement, bounds_ok, evaluate, feasible
 from solver.problem import Problem
 from solver.solvers import Limits, Solution, TooLarge
-from solver.solvers.cpsat import solve_cpsat
+from solver.solvers.cpsat import covers, solve_cpsat
 from solver.solvers.dp import MAX_STATES_FREE_ORDER, dp_states, solve_dp
 from solver.solvers.exhaustive import count_placements, solve_exhaustive
 from solver.solvers.proportional import solve_proportional
+from solver.solvers.subsetdp import MAX_STEPS, forced_times, subset_steps, subset_steps_for
 
 EXHAUSTIVE_CHECK_LIMIT = 200_000
 #: The DP answers first when its states times (L+1)^2 boundary pairs stay within this: a free order
@@ -58,12 +61,16 @@ class Result:
     wall_ms: float
     reason: str | None = None
     oracle: Oracle | None = None
+    idle_cost_ms: dict[int, float | None] | None = None
 
 
 def dp_hint(arcs: Arcs) -> Solution | None:
     """The DP's best plan in rig order: exact when the order is fixed, a start when it is free.
 
-    None when there is none, or when the DP cannot answer under the host-memory limit."""
+    None when there is none, or when the DP cannot answer under the host-memory limit, or when the
+    rig order may split a host's stages (a free order over hosts)."""
+    if arcs.order == "auto" and arcs.n_hosts > 1:
+        return None
     fixed = arcs if arcs.order == "as-given" else dataclasses.replace(arcs, order="as-given", twins=[])
     try:
         sol = solve_dp(fixed)
@@ -78,7 +85,20 @@ def dp_work(arcs: Arcs) -> int:
 
 
 def solve_plan(arcs: Arcs, limits: Limits) -> Solution:
-    """The product's answer: the exact DP where it is cheap, else CP-SAT hinted by the DP."""
+    """The product's answer: the exact DP where it is cheap, else CP-SAT hinted by the DP.
+
+    Idle GPUs or a free order over hosts (SPEC 8): the host/idle DP, or exhaustive enumeration
+    where a host-memory limit breaks the DP's optimum; check_solvable refuses bigger rigs up front."""
+    if arcs.subsets:
+        try:
+            return solve_dp(arcs, limits)
+        except TooLarge as exc:  # the host-memory limit, or its size
+            if covers(arcs):
+                return solve_cpsat(arcs, limits, hint=dp_hint(arcs))
+            try:
+                return solve_exhaustive(arcs)
+            except TooLarge:
+                return Solution("dp", "unknown", info={"reason": str(exc)})
     if dp_work(arcs) <= DP_FIRST_WORK:
         try:
             return solve_dp(arcs)
@@ -89,7 +109,14 @@ def solve_plan(arcs: Arcs, limits: Limits) -> Solution:
 
 def pick_oracle(arcs: Arcs, solution: Solution) -> str:
     """Exhaustive where it is cheap, else the DP; a free order over more class-count states than the
-    DP takes is beyond it, so there it checks the cuts for the GPU order the solver chose."""
+    DP takes is beyond it, so there it checks the cuts for the GPU order the solver chose. Idle GPUs
+    or hosts in a free order: exhaustive where cheap, else none."""
+    if arcs.subsets:
+        if count_placements(arcs) <= EXHAUSTIVE_CHECK_LIMIT:
+            return "exhaustive"
+        if not covers(arcs):
+            return "none"
+        return "cp-sat" if solution.name == "dp" else "dp"
     if count_placements(arcs) <= EXHAUSTIVE_CHECK_LIMIT:
         return "exhaustive"
     if solution.name == "dp":
@@ -115,6 +142,8 @@ def run_oracle(p: Problem, arcs: Arcs, solution: Solution, limits: Limits) -> Or
             got = solve_exhaustive(arcs)
         elif name == "dp":
             got = solve_dp(arcs)
+        elif name == "none":
+            raise TooLarge("no independent solver takes this rig")
         elif name == "cp-sat":  # proves every level itself; the DP's plan only guides its search
             got = solve_cpsat(arcs, limits, hint=dp_hint(arcs))
         else:
@@ -127,6 +156,27 @@ def run_oracle(p: Problem, arcs: Arcs, solution: Solution, limits: Limits) -> Or
     else:  # one side stopped by the time limit: both must have a plan
         agrees = got.found and solution.found
     return Oracle(name, got.status, plan, agrees, got.info.get("wall_ms", 0.0))
+
+
+def check_solvable(p: Problem, shown: str) -> None:
+    """InputError for a free order with idle GPUs over hosts whose network hop differs from the
+    hand-off, beyond the host/idle DP's size.
+
+    No exact solver takes those (CP-SAT's model does not price host entries), and a wrong plan is
+    worse than none."""
+    hosts = len(set(p.hosts.tolist()))
+    if p.order == "as-given" or not p.idle_gpus or hosts == 1 or p.network_ms == p.handoff_ms:
+        return
+    per_gpu = zip(p.free, p.reserve, p.layer_ms, p.min_layers, p.max_layers, p.hosts, strict=True)
+    keys = [tuple(float(v) for v in gpu) for gpu in per_gpu]
+    steps = subset_steps_for(p.order, list(Counter(keys).values()), hosts)  # alike GPUs share a class
+    if steps > MAX_STEPS:
+        raise InputError(
+            shown,
+            f"order: auto with idle GPUs over {p.n_gpus} GPUs on {hosts} hosts is beyond the exact "
+            f"solvers ({steps:,} DP transitions, at most {MAX_STEPS:,}); use order: as-given, fewer "
+            "GPUs, or network_handoff_ms equal to handoff_ms",
+        )
 
 
 def plan_rig(p: Problem, limits: Limits | None = None, check: bool = False) -> Result:
@@ -153,8 +203,29 @@ def plan_rig(p: Problem, limits: Limits | None = None, check: bool = False) -> R
     result = Result(p, status, plan, baseline, solution, arcs, table_ms, wall_ms)
     if status == "infeasible":
         result.reason = explain(p, table, arcs)
+    elif status == "unknown" and "reason" in solution.info:
+        result.reason = solution.info["reason"]
     elif status == "unknown":
         result.reason = "the time limit ran out before any placement was found; allow more time"
+    if plan is not None and len(plan.gpus) < p.n_gpus:
+        result.idle_cost_ms = idle_report(arcs, plan)
     if check:
         result.oracle = run_oracle(p, arcs, solution, limits)
     return result
+
+
+def idle_costs(arcs: Arcs, plan: Placement) -> dict[int, float | None]:
+    """Per idle GPU, how many ms more the best window of a plan that uses it is than the plan's
+    (None: no plan can use it). The mass objective ranks the plans that use it by mass first; a
+    ``host_memory`` limit is not applied to those plans (the figure is then a lower bound)."""
+    idle = sorted(set(range(arcs.n_gpus)) - set(plan.gpus))
+    forced = forced_times(arcs, idle)
+    return {g: None if t is None else round(arcs.window_ms(t) - plan.window_ms, 6) for g, t in forced.items()}
+
+
+def idle_report(arcs: Arcs, plan: Placement) -> dict[int, float | None] | None:
+    """``idle_costs`` where the host/idle DP takes the rig (a free order of up to about 9 GPUs); else
+    None: not computed."""
+    if subset_steps(arcs) > MAX_STEPS:
+        return None
+    return idle_costs(arcs, plan)

@@ -285,7 +285,7 @@ def _line(key: str, value: str, comment: str = "", indent: int = 4) -> str:
     return f"{text:<34} # {comment}" if comment else text
 
 
-def _gpu_lines(pos: int, gpu: GpuInfo, reserve_mib: int) -> list[str]:
+def _gpu_lines(pos: int, gpu: GpuInfo, reserve_mib: int, host: str | None = None) -> list[str]:
     where = [f"NVML index {gpu.index}"]
     where.append(f"UUID {gpu.uuid}" if gpu.uuid else "UUID unknown")
     where.append(f"PCI {gpu.bus_id}" if gpu.bus_id else "PCI bus id unknown")
@@ -296,6 +296,8 @@ def _gpu_lines(pos: int, gpu: GpuInfo, reserve_mib: int) -> list[str]:
         where.append(f"PCIe link unknown ({gpu.notes.get('pcie', '')})")
     lines = [f"  # GPU {pos}: " + ", ".join(where)]
     lines.append(f"  - name: {json.dumps(gpu.short_name)}")
+    if host is not None:
+        lines.append(_line("host", json.dumps(host), "the machine this GPU is in (SPEC 8)"))
     if gpu.free is not None:
         total = f"{gpu.total // MIB} MiB total, " if gpu.total is not None else ""
         note = f"free when probed ({total}NVML memory info {gpu.memory_api}); close other GPU programs first"
@@ -330,8 +332,18 @@ def rig_yaml(
     context: int,
     reserve_mib: int,
     driver: str | None = None,
+    host: str | None = None,
+    gpus_only: bool = False,
 ) -> str:
-    """A rig file (SPEC 2.1) for ``gpus`` in pipeline order, with what NVML said in comments."""
+    """A rig file (SPEC 2.1) for ``gpus`` in pipeline order, with what NVML said in comments.
+
+    ``host`` names the machine on every GPU; ``gpus_only`` gives just the ``gpus:`` list items, to append
+    to a rig of another machine (whose last key is ``gpus:``) so one rig spans several hosts.
+    """
+    items = [line for pos, gpu in enumerate(gpus) for line in _gpu_lines(pos, gpu, reserve_mib, host)]
+    if gpus_only:
+        where = f" on host {host}" if host else ""
+        return "\n".join([f"  # GPUs{where}, written by `solve probe --gpus-only`", *items]) + "\n"
     head = ["# Rig written by `solve probe` from NVML" + (f" (driver {driver})." if driver else ".")]
     if visible is None:
         head.append("# GPUs in NVML order (PCI bus order, as nvidia-smi numbers them).")
@@ -357,9 +369,8 @@ def rig_yaml(
         _line("miss_ms", "190", "the engine's default cost of a cache miss", 0),
         _line("first_stage_min_layers", "2", "the engine keeps at least 2 layers on the first card", 0),
         "gpus:",
+        *items,
     ]
-    for pos, gpu in enumerate(gpus):
-        body += _gpu_lines(pos, gpu, reserve_mib)
     return "\n".join(head + model + body) + "\n"
 
 
@@ -401,6 +412,8 @@ def run(
     force: bool,
     nvml: Any | None = None,
     env: dict[str, str] | None = None,
+    host: str | None = None,
+    gpus_only: bool = False,
 ) -> str:
     """Probe, write the rig to ``output`` (or return it for stdout); report to stderr. Raises ProbeError."""
     if output is not None and output.exists() and not force:
@@ -417,7 +430,14 @@ def run(
     visible = visible_devices(env)
     gpus, driver = probe(nvml if nvml is not None else load_nvml(), visible)
     text = rig_yaml(
-        gpus, visible=visible, model_ref=model_ref, context=context, reserve_mib=reserve // MIB, driver=driver
+        gpus,
+        visible=visible,
+        model_ref=model_ref,
+        context=context,
+        reserve_mib=reserve // MIB,
+        driver=driver,
+        host=host,
+        gpus_only=gpus_only,
     )
     where = "CUDA_VISIBLE_DEVICES" if visible is not None else "NVML"
     click.echo(f"probed {len(gpus)} GPU(s) in {where} order:", err=True)

@@ -11,6 +11,7 @@ from solver.config import (
     CountsCurve,
     ModelConfig,
     RigConfig,
+    check_host_runs,
     load_model,
     load_rig,
     relative_to,
@@ -52,6 +53,9 @@ class Problem:
     kv_per_layer (L,)  KV bytes one token costs each layer (resident engines' spare KV)
     unit_* (U,)        llama.cpp's expert tensors in fill order (bytes descending, then layer, then
                        the model's tensor order): layer, bytes, CPU ms per window, tensor names
+    gpu_host (k,)      index into host_names of each GPU's machine (None: all on one); a boundary
+                       between hosts costs network_handoff_ms (None: handoff_ms), within one handoff_ms
+    idle_gpus          the plan may leave GPUs out (SPEC 8)
     pair_layer (N,)    layer of rank r; pair_bytes (N,) its cached size; mass (N,) its routed mass
     free, reserve (k,) bytes; layer_ms (k,) ms per layer; min_layers, max_layers (k,)
     """
@@ -87,6 +91,10 @@ class Problem:
     unit_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     unit_ms: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float64))
     unit_names: list[tuple[str, ...]] = field(default_factory=list)
+    gpu_host: np.ndarray | None = None
+    host_names: list[str] = field(default_factory=lambda: ["local"])
+    network_handoff_ms: float | None = None
+    idle_gpus: bool = False
 
     @property
     def n_layers(self) -> int:
@@ -104,6 +112,16 @@ class Problem:
         return np.bincount(self.pair_layer, minlength=self.n_layers).astype(np.int64)
 
     @property
+    def hosts(self) -> np.ndarray:
+        """Host index of each GPU, shape (k,)."""
+        return self.gpu_host if self.gpu_host is not None else np.zeros(self.n_gpus, dtype=np.int64)
+
+    @property
+    def network_ms(self) -> float:
+        """What a boundary between two hosts costs."""
+        return self.handoff_ms if self.network_handoff_ms is None else self.network_handoff_ms
+
+    @property
     def miss_total_ms(self) -> float:
         """The most a window can spend on misses: nothing held at all."""
         if self.engine == "strata":
@@ -114,7 +132,8 @@ class Problem:
     def worst_window_ms(self) -> float:
         """More than any arc's time weight or any window can be, in ms: what the integer scale must fit."""
         slowest = float(self.layer_ms.max(initial=0.0))
-        return slowest * self.n_layers + self.miss_total_ms + self.handoff_ms * self.n_gpus + 1.0
+        hop = max(self.handoff_ms, self.network_ms)
+        return slowest * self.n_layers + self.miss_total_ms + hop * self.n_gpus + 1.0
 
     @property
     def most_arcs(self) -> int:
@@ -175,6 +194,7 @@ class Overrides:
     order: str | None = None
     context: int | None = None
     engine: str | None = None
+    idle_gpus: bool = False
 
 
 #: The tensors one default llama.cpp unit stands for: a MoE layer's three routed expert tensors.
@@ -277,6 +297,9 @@ def resolve(
         first_stage_min_layers=rig.first_stage_min_layers,
         miss_ms=rig.miss_ms,
         handoff_ms=rig.handoff_ms,
+        network_handoff_ms=rig.network_handoff_ms,
+        idle_gpus=rig.idle_gpus,
+        **_hosts(rig),
         order=rig.order,
         objective=rig.objective,
         context=context,
@@ -289,6 +312,15 @@ def resolve(
     )
     _check_scales(p, files.get("rig", rig_name))
     return p
+
+
+def _hosts(rig: RigConfig) -> dict:
+    """Host index of each GPU (hosts numbered in order of first appearance) and the host names."""
+    names = list(dict.fromkeys(g.host for g in rig.gpus))
+    return {
+        "gpu_host": np.array([names.index(g.host) for g in rig.gpus], dtype=np.int64),
+        "host_names": names,
+    }
 
 
 def _check_profile(profile: Profile, model: ModelConfig, experts: np.ndarray, model_file: str) -> None:
@@ -343,8 +375,11 @@ def load_problem(rig_path: Path, overrides: Overrides | None = None) -> Problem:
     model_path = _referenced(ov.model, rig.model, rig_path, rig_doc, "model")
     model, model_doc = load_model(model_path)
     update = {k: v for k, v in (("objective", ov.objective), ("order", ov.order), ("engine", ov.engine)) if v}
+    if ov.idle_gpus:
+        update["idle_gpus"] = True
     if update:
         rig = rig.model_copy(update=update)
+    check_host_runs(rig, rig_doc)
     files = {"rig": rig_doc.file, "model": model_doc.file}
     if rig.engine == "llama.cpp":
         for doc, holder, key, what in (

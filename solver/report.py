@@ -78,7 +78,13 @@ def to_json(r: Result) -> dict:
         "engine": p.engine,
         "bottleneck_ms": plan.bottleneck_ms if plan else None,
         "host_bytes": plan.host_bytes if plan else None,
+        "idle": sorted(set(range(p.n_gpus)) - set(plan.gpus)) if plan else [],
     }
+    if r.idle_cost_ms is not None:
+        out["idle_cost_ms"] = {str(g): ms for g, ms in r.idle_cost_ms.items()}
+    if plan and len(p.host_names) > 1:
+        for stage in out["stages"]:
+            stage["host"] = p.host_names[p.hosts[stage["gpu"]]]
     if p.engine in ("vllm", "sglang"):
         out["spare_kv_tokens"] = plan.spare_tokens if plan else None
     if r.reason:
@@ -225,6 +231,13 @@ def print_report(r: Result, console: Console) -> None:
     for row in rows:
         c.add_row(*row)
     console.print(c)
+    for g in sorted(set(range(p.n_gpus)) - set(plan.gpus)):
+        ms = (r.idle_cost_ms or {}).get(g)
+        if r.idle_cost_ms is None:
+            cost = "left out (its cost is not computed on a rig this large)"
+        else:
+            cost = "no plan can use it" if ms is None else f"using it costs {ms:+.3f} ms of window at best"
+        console.print(f"idle: GPU {g} {p.gpu_names[g]}: {cost}")
     sol = r.solution
     proof = "optimal (proven)" if r.status == "optimal" else f"{r.status}, not proven"
     if r.status != "optimal" and sol.bound is not None:

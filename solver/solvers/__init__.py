@@ -83,6 +83,8 @@ def relaxed_bound(arcs: Arcs) -> float | None:
     time, held mass for mass, the slowest stage's ms for throughput (a min-max pass); None when no
     path of k arcs covers the layers.
     """
+    if arcs.idle:  # plans of fewer stages than the pass counts
+        return None
     objective = arcs.objective
     weight = {"mass": arcs.mass, "time": arcs.time}.get(objective, stage_key(arcs))
     worst = np.iinfo(np.int64).min if objective == "mass" else np.iinfo(np.int64).max

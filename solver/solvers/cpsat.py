@@ -28,7 +28,7 @@ from ortools.sat.python import cp_model
 
 from solver.arcs import Arcs, best_through, subset
 from solver.problem import MASS_SCALE
-from solver.solvers import Limits, Solution, plan_arcs, relaxed_bound, stage_key
+from solver.solvers import Limits, Solution, TooLarge, plan_arcs, relaxed_bound, stage_key
 
 Fix = Callable[[cp_model.CpModel, list, Arcs], None]
 Objective = Callable[[cp_model.CpModel, list, Arcs], cp_model.LinearExpr | np.ndarray]
@@ -56,10 +56,10 @@ def _build(arcs: Arcs) -> tuple[cp_model.CpModel, list]:
     n, k = arcs.n_layers, arcs.n_gpus
     by_gpu = [np.flatnonzero(arcs.gpu == g) for g in range(k)]
     for ids in by_gpu:
-        m.add_exactly_one(xs[ids].tolist())
+        (m.add_at_most_one if arcs.idle else m.add_exactly_one)(xs[ids].tolist())
     if arcs.host_limit is not None:
         _bound_total(m, arcs.host, 0, arcs.host_limit)
-    if arcs.order == "as-given":
+    if arcs.order == "as-given" and not arcs.idle:
         for g in range(1, k):
             prev, cur = by_gpu[g - 1], by_gpu[g]
             for p in np.union1d(arcs.end[prev], arcs.start[cur]):
@@ -72,9 +72,71 @@ def _build(arcs: Arcs) -> tuple[cp_model.CpModel, list]:
             into, out = xs[arcs.end == p].tolist(), xs[arcs.start == p].tolist()
             if into or out:
                 m.add(cp_model.LinearExpr.sum(into) == cp_model.LinearExpr.sum(out))
+        if arcs.order == "as-given":  # idle GPUs as given: the next stage's GPU comes later in the rig
+            for g in range(k):
+                for p in np.unique(arcs.end[by_gpu[g]]):
+                    if p < n:
+                        into = xs[by_gpu[g][arcs.end[by_gpu[g]] == p]].tolist()
+                        later = xs[(arcs.start == p) & (arcs.gpu > g)].tolist()
+                        m.add(cp_model.LinearExpr.sum(into) <= cp_model.LinearExpr.sum(later))
         for i, j in arcs.twins:
             _twin_order(m, xs, arcs, by_gpu[i], by_gpu[j])
+        if arcs.n_hosts > 1 and arcs.order == "auto":
+            _host_runs(m, xs, arcs)
     return m, x
+
+
+def covers(arcs: Arcs) -> bool:
+    """Whether the model is exact for this table: all but idle GPUs with priced host entries."""
+    return not (arcs.idle and arcs.entry_units != 0)
+
+
+def _prune(chain: _Chain, weight: Callable[[Arcs], np.ndarray], sense: str, limit: int) -> None:
+    """Keep the arcs whose best whole plan can reach ``limit``. With idle GPUs the bound is the best
+    path through the arc over any arcs at all (``_through_any``), a relaxation of any plan."""
+    a = chain.arcs
+    through = (_through_any if a.idle else best_through)(a, weight(a), sense)
+    chain.keep(through >= limit if sense == "max" else through <= limit)
+
+
+def _through_any(arcs: Arcs, weight: np.ndarray, sense: str) -> np.ndarray:
+    """Per arc, the best total ``weight`` of a path of arcs from layer 0 to layer L through it, any
+    GPUs, any count (``sense`` "min": a lower bound on every plan through it; "max": an upper one)."""
+    n = arcs.n_layers
+    worst = np.iinfo(np.int64).max // 4 * (1 if sense == "min" else -1)
+    better = np.minimum if sense == "min" else np.maximum
+    fwd = np.full(n + 1, worst, dtype=np.int64)
+    bwd = np.full(n + 1, worst, dtype=np.int64)
+    fwd[0], bwd[n] = 0, 0
+    for p in range(n):  # arcs go forward, so boundary p is final once the arcs into it are seen
+        on = (arcs.start == p) & (fwd[p] != worst)
+        better.at(fwd, arcs.end[on], fwd[p] + weight[on])
+    for p in range(n, 0, -1):
+        on = (arcs.end == p) & (bwd[p] != worst)
+        better.at(bwd, arcs.start[on], bwd[p] + weight[on])
+    dead = (fwd[arcs.start] == worst) | (bwd[arcs.end] == worst)
+    return np.where(dead, worst, fwd[arcs.start] + weight + bwd[arcs.end])
+
+
+def _host_runs(m: cp_model.CpModel, xs: np.ndarray, arcs: Arcs) -> None:
+    """SPEC 8: each host's stages are one run. The run of host h enters at boundary p when an arc of h
+    starts there and none of h ends there: e_h(p) = s_h(p) AND NOT t_h(p), linearised exactly
+    (e >= s - t, e <= s, e <= 1 - t, with s and t 0/1 sums), and at most one entry per host."""
+    host = arcs.hosts[arcs.gpu]
+    for h in range(arcs.n_hosts):
+        entries = []
+        for p in range(arcs.n_layers):
+            starts = xs[(host == h) & (arcs.start == p)].tolist()
+            if not starts:
+                continue
+            ends = xs[(host == h) & (arcs.end == p)].tolist()
+            s, t = cp_model.LinearExpr.sum(starts), cp_model.LinearExpr.sum(ends)
+            e = m.new_bool_var("")
+            m.add(e >= s - t)
+            m.add(e <= s)
+            m.add(e <= 1 - t)
+            entries.append(e)
+        m.add(cp_model.LinearExpr.sum(entries) <= 1)
 
 
 def _twin_order(
@@ -219,7 +281,16 @@ class _Chain:
 
 
 def solve_cpsat(arcs: Arcs, limits: Limits | None = None, hint: Solution | None = None) -> Solution:
-    """The exact plan by CP-SAT, or the best found when ``limits.time_limit`` stops the proof."""
+    """The exact plan by CP-SAT, or the best found when ``limits.time_limit`` stops the proof.
+
+    SPEC 8: idle GPUs make each GPU's arcs at most one (as given, a stage's successor runs on a later
+    GPU); host runs in a free order are constraints (``_host_runs``). With idle GPUs the arc bounds
+    of ``best_through`` and ``relaxed_bound`` count exactly k stages, so arcs are pruned by the best
+    path over any arcs instead (``_through_any``), and no relaxed bound is reported. TooLarge
+    when idle GPUs meet hosts whose network hop differs from the hand-off: each host entry would cost
+    time outside the arcs (``solver.solvers.subsetdp`` answers those)."""
+    if not covers(arcs):
+        raise TooLarge("the CP-SAT model does not price host entries when GPUs may be idle")
     t0 = time.perf_counter()
     limits = limits or Limits()
     deadline = None if limits.time_limit is None else t0 + limits.time_limit
@@ -233,13 +304,13 @@ def solve_cpsat(arcs: Arcs, limits: Limits | None = None, hint: Solution | None 
     done = len(arcs) > 0
     if done and arcs.objective == "mass":
         if chain.chosen is not None:
-            chain.keep(best_through(chain.arcs, chain.arcs.mass, "max") >= int(arcs.mass[chain.chosen].sum()))
+            _prune(chain, lambda a: a.mass, "max", int(arcs.mass[chain.chosen].sum()))
         best_mass = chain.step(lambda m, x, a: a.mass, "max", progress=True)
         done = best_mass is not None
         if done:
             bound = best_mass / MASS_SCALE
             chain.fixes.append(lambda m, x, a, v=best_mass: _bound_total(m, a.mass, v, cp_model.INT_MAX))
-            chain.keep(best_through(chain.arcs, chain.arcs.mass, "max") >= best_mass)
+            _prune(chain, lambda a: a.mass, "max", best_mass)
         elif chain.bound is not None:
             bound = chain.bound / MASS_SCALE
     if done and arcs.objective == "throughput":
@@ -249,7 +320,7 @@ def solve_cpsat(arcs: Arcs, limits: Limits | None = None, hint: Solution | None 
     if done:
         if chain.chosen is not None and arcs.objective in ("time", "throughput"):
             cap = arcs.time_cap(int(arcs.time[chain.chosen].sum()))
-            chain.keep(best_through(chain.arcs, chain.arcs.time, "min") <= cap)
+            _prune(chain, lambda a: a.time, "min", cap)
         best_time = _time_level(chain, progress=arcs.objective == "time")
         done = best_time is not None
         if arcs.objective == "time":
@@ -257,7 +328,7 @@ def solve_cpsat(arcs: Arcs, limits: Limits | None = None, hint: Solution | None 
         if done:
             cap = arcs.time_cap(best_time)
             chain.fixes.append(lambda m, x, a, v=cap: _bound_total(m, a.time, cp_model.INT_MIN, v))
-            chain.keep(best_through(chain.arcs, chain.arcs.time, "min") <= cap)
+            _prune(chain, lambda a: a.time, "min", cap)
     done = done and _spare_level(chain) and _tie_breaks(chain)
     info = {"wall_ms": (time.perf_counter() - t0) * 1e3, "solves": chain.solves, "arcs_left": len(chain.arcs)}
     if chain.chosen is None:
@@ -452,18 +523,30 @@ def _tie_breaks(chain: _Chain) -> bool:
 
     if not _bottleneck_descent(chain):
         return False
-    return _cut_descent(chain) and (chain.arcs.order != "auto" or _order_descent(chain))
+    fixed = chain.arcs.order != "auto" and not chain.arcs.idle  # then the cuts fix the GPUs
+    return _cut_descent(chain) and (fixed or _order_descent(chain))
 
 
 def _cut_descent(chain: _Chain) -> bool:
     """The smallest cut list, fixed one cut at a time from the left.
 
     With the stages before it fixed, the next cut is the smallest end of the arc that starts where
-    they stop: one min solve whose coefficients are layer numbers (a binary-weighted objective
-    over all boundaries took CP-SAT minutes on 16 GPUs).
+    they stop: one min solve whose coefficients are layer numbers (a binary-weighted objective over
+    all boundaries took CP-SAT minutes on 16 GPUs). With idle GPUs a tied plan whose list ends there
+    comes first (list order), asked by one feasibility solve.
     """
     at, n = 0, chain.arcs.n_layers
     while at < n:
+        a = chain.arcs
+        last = (a.start == at) & (a.end == n)
+        if a.idle and last.any() and ((a.start == at) & ~last).any():  # ending the list is smallest
+            state = _feasible(chain, (a.start != at) | last)
+            if state == "stopped":
+                return False
+            if state == "optimal":
+                chain.keep((a.start != at) | last)
+                return True
+            chain.keep(~last)
         best = _smallest(chain, at, lambda a: a.end)
         if best is None:
             return False

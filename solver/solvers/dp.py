@@ -284,6 +284,10 @@ def _minimax(arcs: Arcs, weight: np.ndarray, allowed: np.ndarray) -> int:
 
 def solve_dp(arcs: Arcs, limits: Limits | None = None) -> Solution:
     """The exact plan by dynamic programming (free order: at most 4,096 class-count states)."""
+    if arcs.subsets:  # idle GPUs or hosts in a free order: states over the GPUs used
+        from solver.solvers.subsetdp import solve_subsets
+
+        return solve_subsets(arcs, limits)
     t0 = time.perf_counter()
     graph = _Graph(arcs)
 

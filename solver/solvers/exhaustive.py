@@ -1,6 +1,10 @@
 """Exhaustive enumeration oracle: score every placement, for small cases only.
 
-C(L-1, k-1) cut lists, times k! GPU orders when the order is free. Each placement's key is
+C(L-1, k-1) cut lists, times k! GPU orders when the order is free. With idle GPUs (SPEC 8) every
+non-empty subset of GPUs in each order, with C(L-1, s-1) cut lists for s stages; orders that split
+a host's stages into two runs are left out, and each host run adds ``entry_units`` to the time.
+Cut lists and orders of different lengths compare as Python lists (padded with -1: a list that
+ends is smaller than any longer one it starts). Each placement's key is
 (-mass, max stage key, time key, -spare, bottleneck, cuts, order), compared lexicographically
 (mass is 0 unless the objective is mass, the stage key 0 unless it is throughput); placements that
 leave more expert bytes in host memory than ``host_limit`` are left out.
@@ -22,8 +26,24 @@ MAX_PLACEMENTS = 3_000_000
 
 def count_placements(arcs: Arcs) -> int:
     """How many placements enumeration would score."""
-    orders = math.factorial(arcs.n_gpus) if arcs.order == "auto" else 1
-    return math.comb(arcs.n_layers - 1, arcs.n_gpus - 1) * orders
+    k, n = arcs.n_gpus, arcs.n_layers
+    sizes = range(1, k + 1) if arcs.idle else [k]
+    if arcs.order == "auto":
+        return sum(math.perm(k, s) * math.comb(n - 1, s - 1) for s in sizes)
+    return sum(math.comb(k, s) * math.comb(n - 1, s - 1) for s in sizes)
+
+
+def _orders(arcs: Arcs):
+    """Every GPU sequence a plan may use, host runs kept."""
+    k = arcs.n_gpus
+    sizes = range(1, k + 1) if arcs.idle else [k]
+    pick = itertools.permutations if arcs.order == "auto" else itertools.combinations
+    host = arcs.hosts
+    for s in sizes:
+        for order in pick(range(k), s):
+            runs = [int(host[g]) for i, g in enumerate(order) if i == 0 or host[g] != host[order[i - 1]]]
+            if len(runs) == len(set(runs)):
+                yield order, len(runs)
 
 
 def solve_exhaustive(arcs: Arcs, limits: Limits | None = None) -> Solution:
@@ -35,13 +55,17 @@ def solve_exhaustive(arcs: Arcs, limits: Limits | None = None) -> Solution:
         raise TooLarge(f"{total:,} placements is over the {MAX_PLACEMENTS:,} exhaustive search scores")
     idx = arcs.index()
     stage_keys = stage_key(arcs)
-    cut_lists = list(itertools.combinations(range(1, n), k - 1))
-    combos = np.array(cut_lists, dtype=np.int64).reshape(len(cut_lists), k - 1)
-    bounds = np.column_stack([np.zeros(len(combos), np.int64), combos, np.full(len(combos), n)])
-    orders = itertools.permutations(range(k)) if arcs.order == "auto" else [tuple(range(k))]
     rows = []
-    for order in orders:
-        ids = np.column_stack([idx[g, bounds[:, s], bounds[:, s + 1]] for s, g in enumerate(order)])
+    cut_sets: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    for order, runs in _orders(arcs):
+        s = len(order)
+        if s not in cut_sets:
+            cut_lists = list(itertools.combinations(range(1, n), s - 1))
+            combos = np.array(cut_lists, dtype=np.int64).reshape(len(cut_lists), s - 1)
+            ends = np.column_stack([np.zeros(len(combos), np.int64), combos, np.full(len(combos), n)])
+            cut_sets[s] = combos, ends
+        combos, bounds = cut_sets[s]
+        ids = np.column_stack([idx[g, bounds[:, i], bounds[:, i + 1]] for i, g in enumerate(order)])
         ok = (ids >= 0).all(axis=1)
         if not ok.any():
             continue
@@ -50,17 +74,20 @@ def solve_exhaustive(arcs: Arcs, limits: Limits | None = None) -> Solution:
         ids = ids[ok]
         mass = arcs.mass[ids].sum(axis=1)
         top = stage_keys[ids].max(axis=1) if arcs.objective == "throughput" else np.zeros(len(ids), np.int64)
-        key = arcs.time_key(arcs.time[ids].sum(axis=1))
+        key = arcs.time_key(arcs.time[ids].sum(axis=1) + arcs.entry_units * runs)
         spare = arcs.spare[ids].min(axis=1)
         bottleneck = arcs.bottleneck[ids].max(axis=1)
-        rank = np.repeat(np.array(order)[None, :], len(ids), axis=0)
-        rows.append(np.column_stack([-mass, top, key, -spare, bottleneck, combos[ok], rank]))
+        cut_cols = np.full((len(ids), k - 1), -1, dtype=np.int64)
+        cut_cols[:, : s - 1] = combos[ok]
+        rank = np.full((len(ids), k), -1, dtype=np.int64)
+        rank[:, :s] = np.array(order)[None, :]
+        rows.append(np.column_stack([-mass, top, key, -spare, bottleneck, cut_cols, rank]))
     table = np.concatenate(rows) if rows else np.zeros((0, 0), dtype=np.int64)
     if not len(table):
         return Solution("exhaustive", "infeasible", info={"wall_ms": (time.perf_counter() - t0) * 1e3})
     best = table[np.lexsort(table.T[::-1])[0]]
-    cuts = tuple(int(c) for c in best[5 : 5 + k - 1])
-    gpus = tuple(int(g) for g in best[5 + k - 1 :])
+    cuts = tuple(int(c) for c in best[5 : 5 + k - 1] if c >= 0)
+    gpus = tuple(int(g) for g in best[5 + k - 1 :] if g >= 0)
     bound = None
     return Solution(
         "exhaustive",
