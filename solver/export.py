@@ -126,14 +126,18 @@ def _across_hosts(
 
 
 def _device_order(gpus: list[int]) -> list[str]:
-    """``export CUDA_VISIBLE_DEVICES=...`` unless the engine's devices 0..k-1 already are the plan's."""
+    """``CUDA_VISIBLE_DEVICES=...`` unless the engine's devices 0..k-1 already are the plan's.
+
+    Environment lines are bare ``NAME=VALUE`` assignments, the form the engines document: export them,
+    or put them before the engine's command.
+    """
     if list(gpus) == list(range(len(gpus))):
         return []
-    return [f"export CUDA_VISIBLE_DEVICES={','.join(map(str, gpus))}"]
+    return [f"CUDA_VISIBLE_DEVICES={','.join(map(str, gpus))}"]
 
 
 def _env(name: str, sizes: list[int]) -> str:
-    return f"export {name}={','.join(map(str, sizes))}"
+    return f"{name}={','.join(map(str, sizes))}"
 
 
 def tensor_split(sizes: list[int], n_blocks: int) -> list[int]:

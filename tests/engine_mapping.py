@@ -18,7 +18,8 @@ PORTABLE_REGEX = re.compile(r"[A-Za-z0-9_^$|?()\[\]\\.-]+")
 
 
 def parse_lines(lines: list[str]) -> tuple[dict[str, str], dict[str, str]]:
-    """The environment (``export NAME=VALUE`` lines) and the flags (``--flag value``) the lines set.
+    """The environment (``NAME=VALUE`` or ``export NAME=VALUE`` lines) and the flags (``--flag value``)
+    the lines set.
 
     Lines are split as a POSIX shell would (shlex), so a pattern that needs quoting must be quoted.
     """
@@ -28,8 +29,8 @@ def parse_lines(lines: list[str]) -> tuple[dict[str, str], dict[str, str]]:
         words = shlex.split(line, comments=True)
         if not words:
             continue
-        if words[0] == "export":
-            for word in words[1:]:
+        if words[0] == "export" or re.fullmatch(r"[A-Z_]+=\S*", words[0]):
+            for word in words[1:] if words[0] == "export" else words:
                 name, value = word.split("=", 1)
                 env[name] = value
             continue

@@ -214,7 +214,7 @@ def test_override_examples_read_as_the_spec_writes_them():
     assert everything == r"^blk\.([0-9]|[1-3][0-9]|4[0-7])\.ffn_(down|gate|up)_exps\.weight$"
     lines = export_lines("llama.cpp", [1, 0], [20], 48, [Offload(5, "ffn_down_exps")])
     assert lines == [
-        "export CUDA_VISIBLE_DEVICES=1,0",
+        "CUDA_VISIBLE_DEVICES=1,0",
         "--split-mode layer -ngl 999 --tensor-split 20,29",
         r"--override-tensor '^blk\.5\.ffn_down_exps\.weight$=CPU'",
     ]
