@@ -62,6 +62,12 @@ class Result:
     reason: str | None = None
     oracle: Oracle | None = None
     idle_cost_ms: dict[int, float | None] | None = None
+    default: Baseline | None = None  # what a non-strata engine does unasked (its own default split)
+
+    @property
+    def compared(self) -> Baseline:
+        """What the report sets the plan beside: the engine's own default, else the proportional split."""
+        return self.default or self.baseline
 
 
 def dp_hint(arcs: Arcs) -> Solution | None:
@@ -190,17 +196,16 @@ def plan_rig(p: Problem, limits: Limits | None = None, check: bool = False) -> R
     plan = evaluate(p, solution.gpus, solution.cuts) if solution.found else None
     if plan is not None and not feasible(p, plan):
         raise AssertionError(f"the solver returned an infeasible plan: {plan.gpus} {plan.cuts}")
-    if p.engine == "strata":
-        base = solve_proportional(arcs)
-        split = base.status == "heuristic" and bounds_ok(p, base.cuts)
-        base_plan = evaluate(p, base.gpus, base.cuts) if split else None
-        feasible_base = bool(base_plan and feasible(p, base_plan))
-        baseline = Baseline(list(base.cuts), feasible_base, base_plan, reason=base.info.get("reason"))
-    else:
-        baseline = engine_baseline(p)
+    base = solve_proportional(arcs)  # SPEC 3's baseline, for every engine
+    split = base.status == "heuristic" and bounds_ok(p, base.cuts)
+    base_plan = evaluate(p, base.gpus, base.cuts) if split else None
+    feasible_base = bool(base_plan and feasible(p, base_plan))
+    baseline = Baseline(list(base.cuts), feasible_base, base_plan, reason=base.info.get("reason"))
     wall_ms = (time.perf_counter() - t0) * 1e3
     status = solution.status if solution.found or solution.status == "infeasible" else "unknown"
     result = Result(p, status, plan, baseline, solution, arcs, table_ms, wall_ms)
+    if p.engine != "strata":
+        result.default = engine_baseline(p)
     if status == "infeasible":
         result.reason = explain(p, table, arcs)
     elif status == "unknown" and "reason" in solution.info:

@@ -8,6 +8,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from solver.baselines import Baseline
 from solver.plan import Placement, Stage
 from solver.planner import Result
 from solver.units import format_size
@@ -41,6 +42,25 @@ def _stage_json(plan: Placement, engine: str) -> list[dict]:
         elif engine in ("vllm", "sglang"):
             stage["spare_kv_tokens"] = s.spare_tokens
         out.append(stage)
+    return out
+
+
+def _baseline_json(b: Baseline) -> dict:
+    """A default split evaluated like the plan: the proportional baseline, or an engine's own default."""
+    plan = b.plan
+    out = {
+        "name": b.name,
+        "cuts": b.cuts,
+        "feasible": b.feasible,
+        "window_ms": plan.window_ms if plan else None,
+        "held_mass": plan.held_mass if plan else None,
+        "held_pairs": plan.held_pairs if plan else None,
+        "bottleneck_ms": plan.bottleneck_ms if plan else None,
+    }
+    if b.note:
+        out["note"] = b.note
+    if b.reason:
+        out["reason"] = b.reason
     return out
 
 
@@ -89,19 +109,9 @@ def to_json(r: Result) -> dict:
         out["spare_kv_tokens"] = plan.spare_tokens if plan else None
     if r.reason:
         out["reason"] = r.reason
-    base = r.baseline.plan
-    out["baseline"] = {
-        "name": r.baseline.name,
-        "note": r.baseline.note,
-        "cuts": r.baseline.cuts,
-        "feasible": r.baseline.feasible,
-        "window_ms": base.window_ms if base else None,
-        "held_mass": base.held_mass if base else None,
-        "held_pairs": base.held_pairs if base else None,
-        "bottleneck_ms": base.bottleneck_ms if base else None,
-    }
-    if r.baseline.reason:
-        out["baseline"]["reason"] = r.baseline.reason
+    out["baseline"] = _baseline_json(r.baseline)
+    if r.default is not None:
+        out["default"] = _baseline_json(r.default)
     out["solver"] = {
         "name": sol.name,
         "proven_optimal": proven,
@@ -205,8 +215,8 @@ def print_report(r: Result, console: Console) -> None:
     if plan is None:
         console.print(f"[bold]{title}[/bold]")
         console.print(f"[red]{r.status}[/red]: {r.reason}")
-        if r.baseline.reason:
-            console.print(f"baseline: {r.baseline.reason}")
+        if r.compared.reason:
+            console.print(f"{r.compared.name}: {r.compared.reason}")
         return
     t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
     columns = _COLUMNS[p.engine] + ([_STAGE] if p.objective == "throughput" else [])
@@ -215,17 +225,16 @@ def print_report(r: Result, console: Console) -> None:
     for s in plan.stages:
         t.add_row(*(cell(s) for _, cell in columns))
     console.print(t)
-    base = r.baseline.plan
+    shown = r.compared
+    base = shown.plan
     c = Table(show_header=True, box=box.SIMPLE_HEAD, pad_edge=False)
     c.add_column("")
     c.add_column(f"plan ({r.solution.name})", justify="right")
-    c.add_column(
-        r.baseline.name if not r.baseline.note else f"{r.baseline.name} ({r.baseline.note})", justify="right"
-    )
-    rows = [("cuts", ",".join(map(str, plan.cuts)), ",".join(map(str, r.baseline.cuts)))]
+    c.add_column(shown.name if not shown.note else f"{shown.name} ({shown.note})", justify="right")
+    rows = [("cuts", ",".join(map(str, plan.cuts)), ",".join(map(str, shown.cuts)))]
     for label, cell in _SUMMARY[p.engine]:
         rows.append((label, cell(plan), cell(base) if base else "-"))
-    rows.append(("fits memory", "yes", "yes" if r.baseline.feasible else "[red]no[/red]"))
+    rows.append(("fits memory", "yes", "yes" if shown.feasible else "[red]no[/red]"))
     if plan.gpus != sorted(plan.gpus):
         rows.insert(1, ("GPU order", ",".join(map(str, plan.gpus)), ",".join(map(str, range(p.n_gpus)))))
     for row in rows:

@@ -35,7 +35,7 @@ def test_llama_mix_plans_and_the_oracle_agrees():
         assert all(s["start"] <= o["layer"] < s["end"] for o in s["offload"])
     assert d["bottleneck_ms"] == max(s["stage_ms"] for s in stages)
     assert d["host_bytes"] == sum(s["host_bytes"] for s in stages) <= 128 * 2**30
-    assert d["baseline"]["name"] == "free-memory"
+    assert d["default"]["name"] == "free-memory" and d["baseline"]["name"] == "proportional"
 
 
 def _llama_tiny(tmp_path, **rig):
@@ -109,7 +109,7 @@ def test_resident_engines_report_spare_kv(tmp_path, engine):
         assert s["spare_kv_tokens"] == (s["room_bytes"] - experts) // (3 * (s["end"] - s["start"]))
     assert d["spare_kv_tokens"] == min(s["spare_kv_tokens"] for s in d["stages"])
     assert d["window_ms"] == pytest.approx(sum(s["compute_ms"] for s in d["stages"]))
-    assert d["baseline"]["name"] == "even"
+    assert d["default"]["name"] == "even" and d["baseline"]["name"] == "proportional"
 
 
 def test_resident_engine_refuses_ranges_whose_experts_do_not_fit(tmp_path):
