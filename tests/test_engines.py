@@ -82,7 +82,7 @@ def rigs(draw):
 
 @pytest.mark.parametrize("objective", ["time", "mass", "throughput"])
 @pytest.mark.parametrize("engine", ["llama.cpp", "vllm", "sglang"])
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(rig=rigs())
 def test_solvers_agree_under_every_engine(engine, objective, rig):
     seed, n_layers, n_gpus, order = rig
