@@ -22,9 +22,8 @@ import time
 import numpy as np
 
 from solver.arcs import Arcs
-from solver.problem import MASS_SCALE
 from solver.solvers import Limits, Solution, TooLarge, stage_key
-from solver.solvers.dp import BIG, NONE, _best, _check_host, _first, arc_classes
+from solver.solvers.dp import BIG, NONE, _best, _check_host, _first, arc_classes, objective_bound
 
 #: Transitions (state, next GPU) one pass of a free order may take: 2^9 * 9 GPUs on one host.
 MAX_STEPS = 5000
@@ -220,12 +219,7 @@ def solve_subsets(arcs: Arcs, limits: Limits | None = None) -> Solution:
     cuts = _greedy_cuts(states, allowed, good)
     gpus = _greedy_order(states, allowed, cuts, good)
     _check_host(arcs, gpus, cuts)
-    if arcs.objective == "throughput":
-        bound = top / 10**6
-    elif arcs.objective == "mass":
-        bound = mass_star / MASS_SCALE
-    else:
-        bound = arcs.window_ms(time_star)
+    bound = objective_bound(arcs, top, mass_star, time_star)
     return Solution(
         "dp", "optimal", tuple(gpus), tuple(cuts), bound, info={"wall_ms": (time.perf_counter() - t0) * 1e3}
     )
