@@ -191,6 +191,36 @@ def command_env(words: list[str]) -> tuple[dict[str, str], list[str]]:
     return env, words
 
 
+def section_env_flags(commands: list[list[str]]) -> tuple[dict[str, str], list[str]]:
+    """A host section's variables and the words of its commands, each merged in order."""
+    env: dict[str, str] = {}
+    flags: list[str] = []
+    for words in commands:
+        more, rest = command_env(words)
+        env.update(more)
+        flags += rest
+    return env, flags
+
+
+def vllm_ray_form(lines: list[str]) -> tuple[dict[str, list[int]], str, dict[str, str], list[str]]:
+    """The Ray form of a vLLM export: each node's visible GPUs (from its ``ray start``), the head node,
+    and the driver's variables and flags (every other command)."""
+    nodes: dict[str, list[int]] = {}
+    driver = ""
+    env: dict[str, str] = {}
+    flags: list[str] = []
+    for host, commands in host_sections(lines).items():
+        for words in commands:
+            more, cmd = command_env(words)
+            if cmd[:2] == ["ray", "start"]:
+                nodes[host] = [int(x) for x in more["CUDA_VISIBLE_DEVICES"].split(",")]
+                driver = host if "--head" in cmd else driver
+            else:
+                env.update(more)
+                flags += cmd
+    return nodes, driver, env, flags
+
+
 def option(words: list[str], flag: str) -> str:
     return words[words.index(flag) + 1]
 

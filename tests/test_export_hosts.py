@@ -15,10 +15,12 @@ from engine_mapping import (
     llama_slot_devices,
     llama_tensor_split,
     option,
+    section_env_flags,
     sglang_gpu_id,
     sglang_pp_indices,
     sglang_rank_ranges,
     vllm_pp_indices,
+    vllm_ray_form,
     vllm_ray_ranks,
 )
 from hypothesis import assume, given, settings
@@ -82,13 +84,7 @@ def test_llama_rpc_runs_every_layer_on_its_gpu(plan, offloaded):
             servers[(host, int(option(cmd, "--port")))] = rig_gpu(
                 hosts, host, int(env["CUDA_VISIBLE_DEVICES"])
             )
-    main = sections[hosts.local]
-    env: dict[str, str] = {}
-    flags: list[str] = []
-    for words in main:
-        more, rest = command_env(words)
-        env.update(more)
-        flags += rest
+    env, flags = section_env_flags(sections[hosts.local])
     assert flags.index("--rpc") < flags.index("--device") if "--device" in flags else True
     rpc = option(flags, "--rpc").split(",")
     assert len(set(rpc)) == len(rpc)
@@ -125,12 +121,7 @@ def test_sglang_nodes_run_every_layer_on_its_gpu(plan):
     lines = export_lines("sglang", gpus, cuts, n_layers, hosts=hosts)
     placed: dict[int, tuple[tuple[int, int], int]] = {}  # pp rank -> ([start, end), rig GPU)
     for host, commands in host_sections(lines).items():
-        env: dict[str, str] = {}
-        flags: list[str] = []
-        for words in commands:
-            more, rest = command_env(words)
-            env.update(more)
-            flags += rest
+        env, flags = section_env_flags(commands)
         pp, nnodes, node_rank = (int(option(flags, f)) for f in ("--pp-size", "--nnodes", "--node-rank"))
         pp_ranks, tp_ranks, pp_per_node, tp_per_node = sglang_rank_ranges(nnodes, pp, 1, node_rank)
         visible = [int(x) for x in env["CUDA_VISIBLE_DEVICES"].split(",")]
@@ -158,19 +149,7 @@ def test_vllm_ray_runs_every_layer_on_its_gpu(plan):
         if line.startswith("# vLLM orders nodes"):
             a, b = line.split("IP(")[1].split(")")[0], line.split("IP(")[2].split(")")[0]
             assume(a < b)
-    nodes: dict[str, list[int]] = {}
-    driver = ""
-    env: dict[str, str] = {}
-    flags: list[str] = []
-    for host, commands in host_sections(lines).items():
-        for words in commands:
-            more, cmd = command_env(words)
-            if cmd[:2] == ["ray", "start"]:
-                nodes[host] = [int(x) for x in more["CUDA_VISIBLE_DEVICES"].split(",")]
-                driver = host if "--head" in cmd else driver
-            else:
-                env.update(more)
-                flags += cmd
+    nodes, driver, env, flags = vllm_ray_form(lines)
     pp = int(option(flags, "--pipeline-parallel-size"))
     assert option(flags, "--distributed-executor-backend") == "ray" and pp == len(gpus)
     ranks = vllm_ray_ranks(nodes, driver)

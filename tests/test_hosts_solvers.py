@@ -23,6 +23,7 @@ from engine_mapping import (
     llama_tensor_split,
     option,
     vllm_pp_indices,
+    vllm_ray_form,
     vllm_ray_ranks,
 )
 from enginefactory import random_engine_problem
@@ -35,7 +36,7 @@ from solver.engines import build_table
 from solver.plan import evaluate, feasible
 from solver.planner import plan_rig
 from solver.problem import Problem
-from solver.solvers import Limits, TooLarge
+from solver.solvers import Limits, Solution, TooLarge
 from solver.solvers.cpsat import solve_cpsat
 from solver.solvers.dp import solve_dp
 from solver.solvers.exhaustive import solve_exhaustive
@@ -198,16 +199,7 @@ def test_the_two_host_rig_exports_replay_on_the_planned_gpus():
     assert res.exit_code == 0, res.output
     out = json.loads(res.output)
     gpus, cuts = out["gpus"], out["cuts"]
-    nodes, driver, env, flags = {}, "", {}, []
-    for host, commands in host_sections(out["export"]["lines"]).items():
-        for words in commands:
-            more, cmd = command_env(words)
-            if cmd[:2] == ["ray", "start"]:
-                nodes[host] = [int(x) for x in more["CUDA_VISIBLE_DEVICES"].split(",")]
-                driver = host if "--head" in cmd else driver
-            else:
-                env.update(more)
-                flags += cmd
+    nodes, driver, env, flags = vllm_ray_form(out["export"]["lines"])
     pp = int(option(flags, "--pipeline-parallel-size"))
     ranks = vllm_ray_ranks(nodes, driver)
     rig = [[g for g, h in enumerate(names) if h == ranks[r][0]][ranks[r][1]] for r in range(pp)]
@@ -252,16 +244,10 @@ def test_cpsat_keeps_host_runs_in_a_free_order(seed, k, objective, data):
 def test_cpsat_descents_break_idle_ties_as_the_dp(seed, k, order, objective):
     """Tie-set enumeration off: CP-SAT's cut descent (a list may end) and order descent (as given too,
     the cuts no longer fix the GPUs) pick the DP's plan among idle-GPU ties."""
-    import solver.solvers.cpsat as cpsat
-
     p = random_problem(seed, n_layers=6, n_gpus=k, order=order, objective=objective, tight=4.0, twins=True)
     p = dataclasses.replace(p, idle_gpus=True)
     arcs = build_arcs(p, build_table(p))
-    saved, cpsat.MAX_TIES = cpsat.MAX_TIES, 0
-    try:
-        cp = solve_cpsat(arcs, Limits(workers=1))
-    finally:
-        cpsat.MAX_TIES = saved
+    cp = cpsat_descents_only(arcs)
     dp = solve_dp(arcs)
     assert (cp.status, cp.gpus, cp.cuts) == (dp.status, dp.gpus, dp.cuts)
 
@@ -270,15 +256,20 @@ def test_a_cut_list_that_ends_comes_before_a_longer_one_it_starts():
     """Cards of 3, 1 and 1 ms a layer (at least 2, 3 and 1 layers; at most 4, 4 and 1), 6 layers, no
     hand-off: G0 2 + G1 4 layers and G0 2 + G1 3 + G2 1 both take 10 ms with a 6 ms bottleneck, so the
     cut lists decide and [2] comes before [2, 5]; CP-SAT's cut descent (tie enumeration off) agrees."""
-    import solver.solvers.cpsat as cpsat
-
     p = hand_rig([3.0, 1.0, 1.0], [4, 4, 1], [0, 0, 0], 0.0, handoff_ms=0.0, n_layers=6)
     p = dataclasses.replace(p, min_layers=np.array([2, 3, 1], dtype=np.int64))
     arcs = build_arcs(p, build_table(p))
-    saved, cpsat.MAX_TIES = cpsat.MAX_TIES, 0
-    try:
-        cp = solve_cpsat(arcs, Limits(workers=1))
-    finally:
-        cpsat.MAX_TIES = saved
+    cp = cpsat_descents_only(arcs)
     for sol in (cp, solve_dp(arcs), solve_exhaustive(arcs)):
         assert (sol.gpus, sol.cuts) == ((0, 1), (2,)), sol.name
+
+
+def cpsat_descents_only(arcs) -> Solution:
+    """CP-SAT with tie enumeration off, so its cut and order descents settle every tie."""
+    import solver.solvers.cpsat as cpsat
+
+    saved, cpsat.MAX_TIES = cpsat.MAX_TIES, 0
+    try:
+        return solve_cpsat(arcs, Limits(workers=1))
+    finally:
+        cpsat.MAX_TIES = saved
