@@ -11,6 +11,9 @@ from solver.engines import Table
 from solver.problem import Problem
 from solver.units import format_size
 
+#: Seconds the conflicting-rules search may take (less when --time-limit leaves less).
+CORE_TIME = 10.0
+
 
 def _gpu(p: Problem, g: int) -> str:
     name = p.gpu_names[g]
@@ -39,11 +42,12 @@ def allowed(p: Problem) -> np.ndarray:
     return ok
 
 
-def explain(p: Problem, table: Table, arcs: Arcs | None = None) -> str:
+def explain(p: Problem, table: Table, arcs: Arcs | None = None, time_left: float | None = None) -> str:
     """The first rule that makes every placement infeasible, checked from simplest to subtlest.
 
     With ``arcs``, a host_memory limit no placement can meet is named too (the least any placement
-    leaves in host memory is a DP bound over the arcs, exact for the order as given).
+    leaves in host memory is a DP bound over the arcs, exact for the order as given). ``time_left``
+    caps the conflicting-rules search (at least 0.1 s).
     """
     n, k = p.n_layers, p.n_gpus
     if k > n:
@@ -103,10 +107,10 @@ def explain(p: Problem, table: Table, arcs: Arcs | None = None) -> str:
                 f"every placement leaves at least {format_size(least)} of experts in host memory, more "
                 f"than host_memory ({format_size(arcs.host_limit)})"
             )
-    return _core_reason(p, table)
+    return _core_reason(p, table, CORE_TIME if time_left is None else min(CORE_TIME, max(time_left, 0.1)))
 
 
-def _core_reason(p: Problem, table: Table, time_limit: float = 10.0) -> str:
+def _core_reason(p: Problem, table: Table, time_limit: float = CORE_TIME) -> str:
     """Name the rules that conflict, from CP-SAT's sufficient assumptions for infeasibility.
 
     One assumption per GPU says "its memory limit holds", one per GPU "its layer limits hold",

@@ -28,6 +28,7 @@ from solver.solvers.cpsat import covers, solve_cpsat
 from solver.solvers.dp import MAX_STATES_FREE_ORDER, dp_states, solve_dp
 from solver.solvers.exhaustive import count_placements, solve_exhaustive
 from solver.solvers.proportional import solve_proportional
+from solver.solvers.pruned import applies, solve_pruned
 from solver.solvers.subsetdp import MAX_STEPS, forced_times, subset_steps, subset_steps_for
 
 EXHAUSTIVE_CHECK_LIMIT = 200_000
@@ -100,7 +101,7 @@ def solve_plan(arcs: Arcs, limits: Limits) -> Solution:
             return solve_dp(arcs, limits)
         except TooLarge as exc:  # the host-memory limit, or its size
             if covers(arcs):
-                return solve_cpsat(arcs, limits, hint=dp_hint(arcs))
+                return _pruned_or_cpsat(arcs, limits, dp_hint(arcs))
             try:
                 return solve_exhaustive(arcs)
             except TooLarge:
@@ -110,7 +111,27 @@ def solve_plan(arcs: Arcs, limits: Limits) -> Solution:
             return solve_dp(arcs)
         except TooLarge:  # a host-memory limit that the DP's optimum breaks
             pass
-    return solve_cpsat(arcs, limits, hint=dp_hint(arcs) if len(arcs) else None)
+    return _pruned_or_cpsat(arcs, limits, dp_hint(arcs) if len(arcs) else None)
+
+
+def _pruned_or_cpsat(arcs: Arcs, limits: Limits, hint: Solution | None) -> Solution:
+    """A free order beyond the DP: the exact answer on the arcs Lagrangian bounds keep, else (the
+    throughput objective, idle GPUs) CP-SAT on the whole table."""
+    if applies(arcs):
+        got = solve_pruned(arcs, limits, hint, exact_on)
+        if got is not None:
+            return got
+    return solve_cpsat(arcs, limits, hint=hint)
+
+
+def exact_on(arcs: Arcs, limits: Limits, hint: Solution | None) -> Solution:
+    """The whole lexicographic answer on a (cut) table: the DP where cheap, else CP-SAT."""
+    if dp_work(arcs) <= DP_FIRST_WORK:
+        try:
+            return solve_dp(arcs, limits)
+        except TooLarge:
+            pass
+    return solve_cpsat(arcs, limits, hint=hint)
 
 
 def pick_oracle(arcs: Arcs, solution: Solution) -> str:
@@ -187,8 +208,10 @@ def check_solvable(p: Problem, shown: str) -> None:
 
 def plan_rig(p: Problem, limits: Limits | None = None, check: bool = False) -> Result:
     """Plan one problem end to end."""
-    limits = limits or Limits()
     t0 = time.perf_counter()
+    limits = limits or Limits()
+    if limits.started is None:  # the limit bounds the whole run: the tables count
+        limits = dataclasses.replace(limits, started=t0)
     table = build_table(p)
     table_ms = (time.perf_counter() - t0) * 1e3
     arcs = build_arcs(p, table)
@@ -207,7 +230,7 @@ def plan_rig(p: Problem, limits: Limits | None = None, check: bool = False) -> R
     if p.engine != "strata":
         result.default = engine_baseline(p)
     if status == "infeasible":
-        result.reason = explain(p, table, arcs)
+        result.reason = explain(p, table, arcs, limits.left(t0))
     elif status == "unknown" and "reason" in solution.info:
         result.reason = solution.info["reason"]
     elif status == "unknown":

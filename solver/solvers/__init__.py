@@ -6,6 +6,7 @@ the smallest cut list and (free order) the smallest GPU order; see ``solver.arcs
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -19,6 +20,8 @@ from solver.problem import MASS_SCALE
 class Limits:
     """What a solve may spend: wall seconds (None = until proven), CP-SAT workers, a seed.
 
+    ``started`` is the ``time.perf_counter()`` at which the time limit's clock started (the command's
+    start, so reading the files and building the tables count); None: when the solve starts.
     ``progress(what, incumbent, bound)`` is called on each improving solution of the objective.
     """
 
@@ -26,6 +29,18 @@ class Limits:
     workers: int = 2
     seed: int = 0
     progress: Callable[[str, float, float], None] | None = None
+    started: float | None = None
+
+    def deadline(self, now: float) -> float | None:
+        """The ``time.perf_counter()`` by which to answer; ``now`` starts the clock if nothing did."""
+        if self.time_limit is None:
+            return None
+        return (now if self.started is None else self.started) + self.time_limit
+
+    def left(self, now: float) -> float | None:
+        """Seconds left before the deadline (None: no limit), never below zero."""
+        end = self.deadline(now)
+        return None if end is None else max(0.0, end - time.perf_counter())
 
 
 @dataclass(frozen=True)

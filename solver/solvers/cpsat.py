@@ -293,7 +293,7 @@ def solve_cpsat(arcs: Arcs, limits: Limits | None = None, hint: Solution | None 
         raise TooLarge("the CP-SAT model does not price host entries when GPUs may be idle")
     t0 = time.perf_counter()
     limits = limits or Limits()
-    deadline = None if limits.time_limit is None else t0 + limits.time_limit
+    deadline = limits.deadline(t0)
     chain = _Chain(arcs, arcs, limits, np.arange(len(arcs)), deadline)
     if hint is not None and hint.found:
         chosen = plan_arcs(arcs, hint.gpus, hint.cuts)

@@ -1,0 +1,130 @@
+"""Lagrangian bounds and the pruned free-order solve: every bound holds for every plan, and the
+pruned solve returns exhaustive enumeration's plan, ties and all, with either exact solver inside."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+import numpy as np
+from factory import random_problem
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from solver import lagrange, planner
+from solver.arcs import build_arcs
+from solver.engines import build_table
+from solver.planner import dp_hint, exact_on, plan_rig
+from solver.solvers import Limits
+from solver.solvers.cpsat import solve_cpsat
+from solver.solvers.dp import solve_dp
+from solver.solvers.exhaustive import _orders, solve_exhaustive
+from solver.solvers.pruned import applies, solve_pruned
+
+
+def hosted(p, hosts: list[int] | None):
+    """``p`` with its GPUs on hosts (None: one machine); the network hop differs from the hand-off."""
+    if hosts is None:
+        return p
+    names = list(dict.fromkeys(hosts))
+    return dataclasses.replace(
+        p,
+        gpu_host=np.array([names.index(h) for h in hosts], dtype=np.int64),
+        host_names=[f"h{h}" for h in names],
+        network_handoff_ms=2.0,
+    )
+
+
+@st.composite
+def free_orders(draw: st.DrawFn):
+    """Small free-order rigs, time or mass, sometimes with identical GPUs or several hosts."""
+    k = draw(st.integers(2, 4))
+    p = random_problem(
+        seed=draw(st.integers(0, 10**6)),
+        n_layers=draw(st.integers(2 * k + 1, 9)),
+        n_gpus=k,
+        experts=draw(st.integers(1, 6)),
+        order="auto",
+        objective=draw(st.sampled_from(["time", "mass"])),
+        tight=draw(st.floats(0.8, 2.0)),
+        twins=draw(st.booleans()),
+    )
+    hosts = draw(st.one_of(st.none(), st.lists(st.integers(0, 1), min_size=k, max_size=k)))
+    return hosted(p, hosts)
+
+
+def every_plan(arcs):
+    """Arc numbers of every placement (host runs kept), one array per plan."""
+    idx, n = arcs.index(), arcs.n_layers
+    for order, _ in _orders(arcs):
+        for cuts in itertools.combinations(range(1, n), len(order) - 1):
+            bounds = (0, *cuts, n)
+            ids = [idx[g, bounds[s], bounds[s + 1]] for s, g in enumerate(order)]
+            if min(ids) >= 0:
+                yield np.array(ids)
+
+
+def weight(arcs):
+    return -arcs.mass if arcs.objective == "mass" else arcs.time
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(free_orders(), st.booleans())
+def test_every_plan_is_within_the_bound_and_each_arcs_through_value(p, targeted):
+    arcs = build_arcs(p, build_table(p))
+    plans = list(every_plan(arcs)) if len(arcs) else []
+    w = weight(arcs)
+    target = int(min(w[ids].sum() for ids in plans)) if plans and targeted else None
+    prices = lagrange.prices(arcs, w, target) if len(arcs) else None
+    if prices is None:
+        assert not plans
+        return
+    through = lagrange.through(arcs, w, prices)
+    for ids in plans:
+        value = int(w[ids].sum())
+        assert prices.bound <= value
+        assert (through[ids] <= value).all()
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(free_orders(), st.sampled_from(["exact_on", "cp-sat"]))
+def test_pruned_solve_returns_the_exhaustive_plan(p, inner_name):
+    arcs = build_arcs(p, build_table(p))
+    want = solve_exhaustive(arcs)
+    if not applies(arcs):
+        assert want.status == "infeasible"
+        return
+    inner = exact_on if inner_name == "exact_on" else (lambda a, lim, h: solve_cpsat(a, lim, hint=h))
+    got = solve_pruned(arcs, Limits(workers=1), dp_hint(arcs), inner)
+    if got is None:  # no relaxed path covers the layers: no plan at all
+        assert want.status == "infeasible"
+        return
+    assert (got.status, got.gpus, got.cuts) == (want.status, want.gpus, want.cuts)
+
+
+def distinct_cards(seed: int, k: int, n_layers: int, objective: str):
+    """k GPUs of k different speeds and sizes: beyond the plain DP's first pick, so the pruned path
+    answers; the class-count DP (2^k states) still checks it."""
+    p = random_problem(seed, n_layers=n_layers, n_gpus=k, experts=12, order="auto", objective=objective)
+    rng = np.random.default_rng(seed)
+    ones = np.ones(k, dtype=np.int64)
+    return dataclasses.replace(
+        p,
+        layer_ms=np.round(rng.uniform(0.4, 2.0, k), 3),
+        min_layers=ones,
+        max_layers=ones * n_layers,
+        miss_ms=190.0,
+    )
+
+
+def test_the_product_prunes_larger_free_orders_and_agrees_with_the_dp(monkeypatch):
+    """9 distinct cards x 60 layers, with the DP-first threshold at zero so the pruned path (and
+    CP-SAT inside it) answers what the DP answers on these rigs in the product."""
+    monkeypatch.setattr(planner, "DP_FIRST_WORK", 0)
+    for seed, objective in itertools.product(range(4), ["time", "mass"]):
+        p = distinct_cards(seed, 9, 60, objective)
+        r = plan_rig(p, Limits(workers=1))
+        assert "pruned_arcs" in r.solution.info, "the pruned path answered"
+        assert r.solution.info["pruned_arcs"] < len(r.arcs)
+        want = solve_dp(r.arcs)
+        assert (r.status, r.solution.gpus, r.solution.cuts) == (want.status, want.gpus, want.cuts)
