@@ -92,6 +92,20 @@ class _Graph:
             self.levels = list(range(states))
         self.final = self.levels[-1]
         self.lexicographic = bool(arcs.mass.any())  # else every mass is 0 and only time counts
+        self.alive: dict[int, np.ndarray] | None = None  # see narrow()
+
+    def narrow(self, forward: dict, allowed: np.ndarray, good) -> None:
+        """Keep, for every later pass, only the (level, boundary) nodes that some plan meeting ``good``
+        passes through (forward and backward values together meet it): the tie-break passes ask only
+        about such plans over fewer arcs, so no other node can matter. On a 10-card x 130-layer free
+        order a quarter of the reachable nodes stay, each level's in one run of boundaries, so the
+        dense steps shrink to those runs."""
+        backward = self.backward(allowed)
+        self.alive = {}
+        for level, (fm, ft) in forward.items():
+            if level in backward:
+                bm, bt = backward[level]
+                self.alive[level] = (fm >= 0) & (bm >= 0) & good(fm + bm, ft + bt)
 
     def leaving(self, level: int) -> list[tuple[int, int]]:
         """(next level, link) for the links whose arcs can follow a state at ``level``."""
@@ -149,8 +163,11 @@ class _Graph:
         """Best (mass, time) from every (level, boundary) to the end."""
         return self._sweep(self._links(allowed, True), self.levels[::-1], self.leaving, self.arcs.n_layers)
 
-    def _step(self, link: tuple, lm: np.ndarray, lt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Best (mass, time) per boundary after one more arc of ``link`` from the values (lm, lt)."""
+    def _step(
+        self, link: tuple, lm: np.ndarray, lt: np.ndarray, span: tuple[int, int]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Best (mass, time) per boundary after one more arc of ``link`` from the values (lm, lt),
+        computed for the boundaries in ``span`` (a dense block's columns outside it are skipped)."""
         n = len(lm)
         if link[0] == "arcs":
             _, src, dst, mass, cost = link
@@ -163,14 +180,17 @@ class _Graph:
             return m, t
         lo, hi = int(reach[0]), int(reach[-1]) + 1  # rows as a slice of the block: views, no copies
         rows = slice(r0 + lo, r0 + hi)
-        cols = slice(c0, c0 + mass.shape[1])
+        first, last = max(c0, span[0]), min(c0 + mass.shape[1], span[1])
+        if first >= last:
+            return m, t
+        cols, inside = slice(first, last), slice(first - c0, last - c0)
         if self.lexicographic:  # no arc has mass -BIG, so sums through a missing arc stay negative
-            cm = np.where(lm[rows] >= 0, lm[rows], -BIG)[:, None] + mass[lo:hi]
+            cm = np.where(lm[rows] >= 0, lm[rows], -BIG)[:, None] + mass[lo:hi, inside]
             m[cols] = cm.max(axis=0)
-            t[cols] = np.where(cm == m[None, cols], lt[rows, None] + cost[lo:hi], BIG).min(axis=0)
+            t[cols] = np.where(cm == m[None, cols], lt[rows, None] + cost[lo:hi, inside], BIG).min(axis=0)
             m[m < 0] = NONE
         else:
-            t[cols] = (np.where(lm[rows] >= 0, lt[rows], BIG)[:, None] + cost[lo:hi]).min(axis=0)
+            t[cols] = (np.where(lm[rows] >= 0, lt[rows], BIG)[:, None] + cost[lo:hi, inside]).min(axis=0)
             m = np.where(t < BIG // 2, 0, NONE)
         return m, np.where(m >= 0, t, BIG)
 
@@ -187,11 +207,18 @@ class _Graph:
         for level in levels[1:]:
             best_m = np.full(n, NONE, dtype=np.int64)
             best_t = np.full(n, BIG, dtype=np.int64)
+            alive = None if self.alive is None else self.alive.get(level)
+            if alive is not None and not alive.any():
+                continue
+            on = np.flatnonzero(alive) if alive is not None else None
+            span = (0, n) if on is None else (int(on[0]), int(on[-1]) + 1)
             for linked, link in linked_by(level):
                 if linked in table:
-                    m, t = self._step(links[link], *table[linked])
+                    m, t = self._step(links[link], *table[linked], span)
                     better = (m > best_m) | ((m == best_m) & (t < best_t))
                     best_m, best_t = np.where(better, m, best_m), np.where(better, t, best_t)
+            if alive is not None:
+                best_m[~alive], best_t[~alive] = NONE, BIG
             if (best_m >= 0).any():
                 table[level] = (best_m, best_t)
         return table
@@ -223,9 +250,12 @@ class _Graph:
         got = self.best_plan(allowed, trace=False)
         return None if got is None else got[:2]
 
-    def best_plan(self, allowed: np.ndarray, trace: bool = True) -> tuple[int, int, list[int]] | None:
-        """Best (mass, time) of a whole plan on ``allowed`` arcs and, traced back, the arcs of one."""
-        table = self.forward(allowed)
+    def best_plan(
+        self, allowed: np.ndarray, trace: bool = True, table: dict | None = None
+    ) -> tuple[int, int, list[int]] | None:
+        """Best (mass, time) of a whole plan on ``allowed`` arcs and, traced back, the arcs of one
+        (``table``: this very forward pass, if already made)."""
+        table = self.forward(allowed) if table is None else table
         if self.final not in table or table[self.final][0][-1] < 0:
             return None
         a = self.arcs
@@ -302,7 +332,8 @@ def solve_dp(arcs: Arcs, limits: Limits | None = None) -> Solution:
         if top is None:
             return infeasible()
         allowed = keys <= top
-    best = graph.best_plan(allowed)
+    first = graph.forward(allowed)
+    best = graph.best_plan(allowed, table=first)
     if best is None:
         return infeasible()
     mass_star, time_star, plan = best
@@ -310,6 +341,9 @@ def solve_dp(arcs: Arcs, limits: Limits | None = None) -> Solution:
 
     def good(m: int | np.ndarray, t: int | np.ndarray) -> bool | np.ndarray:
         return (m == mass_star) & (t <= cap)
+
+    if graph.free_order:  # many levels: the tie passes below run over the tied plans' nodes only
+        graph.narrow(first, allowed, good)
 
     def tied(mask: np.ndarray) -> bool:
         got = graph.optimum(mask)

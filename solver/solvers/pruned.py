@@ -36,16 +36,6 @@ FIRST_MARGIN = 1e-4
 Inner = Callable[[Arcs, Limits, Solution | None], Solution]
 
 
-def _weight(arcs: Arcs) -> np.ndarray:
-    """What the objective minimises per arc: time, or minus held mass."""
-    return -arcs.mass if arcs.objective == "mass" else arcs.time
-
-
-def _edge(arcs: Arcs, value: int) -> int:
-    """The largest summed weight of a plan tied with one of summed weight ``value``."""
-    return value if arcs.objective == "mass" else arcs.time_cap(value)
-
-
 def applies(arcs: Arcs) -> bool:
     """Whether pruning by Lagrangian bounds is exact for this table: a free order using every GPU,
     objective time or mass."""
@@ -55,13 +45,47 @@ def applies(arcs: Arcs) -> bool:
 def solve_pruned(arcs: Arcs, limits: Limits, hint: Solution | None, inner: Inner) -> Solution | None:
     """The exact plan by ``inner`` on the arcs the bounds keep; None when the bounds cannot be had
     (then the caller solves the whole table). ``limits.time_limit`` bounds every round together; a
-    plan stopped short is "feasible" with a bound that holds for the whole table."""
+    plan stopped short is "feasible" with a bound that holds for the whole table.
+
+    Held mass first: when the hint already holds the most mass the bound allows (every plan that
+    fits all the experts ties there), mass cannot cut, so the time level cuts instead, among the
+    arcs a plan of that mass may use; otherwise the rounds cut by mass."""
     t0 = time.perf_counter()
     if limits.started is None:  # one clock for every round
         limits = dataclasses.replace(limits, started=t0)
-    weight = _weight(arcs)
+    if arcs.objective != "mass":
+        return _rounds(arcs, arcs.time, arcs.time_cap, limits, hint, inner, t0)
+    known = _value(arcs, -arcs.mass, hint)
+    prices = lagrange.prices(arcs, -arcs.mass, known, limits.deadline(t0))
+    if prices is None:
+        return None
+    if known is None or prices.bound < known:
+        return _rounds(arcs, -arcs.mass, lambda v: v, limits, hint, inner, t0, prices)
+    most = lagrange.through(arcs, -arcs.mass, prices) <= known  # the arcs of plans holding -known
+    got = _rounds(subset(arcs, most), arcs.time[most], arcs.time_cap, limits, hint, inner, t0, held=-known)
+    if got is not None and got.status == "optimal":
+        got.info["pruned_arcs_by_mass"] = int(most.sum())
+    return got
+
+
+def _rounds(
+    arcs: Arcs,
+    weight: np.ndarray,
+    edge: Callable[[int], int],
+    limits: Limits,
+    hint: Solution | None,
+    inner: Inner,
+    t0: float,
+    prices: lagrange.Prices | None = None,
+    held: int | None = None,
+) -> Solution | None:
+    """Cut ``arcs`` by the Lagrangian bound on summed ``weight`` and solve, widening the cut until
+    the answer's tie set (plans of summed weight up to ``edge(value)``) lies within it.
+
+    ``held``: every answer must hold this mass (the mass objective's time level); a cut whose answer
+    holds less has lost those plans and widens. None when the bounds cannot be had."""
     known = _value(arcs, weight, hint)
-    prices = lagrange.prices(arcs, weight, known, limits.deadline(t0))
+    prices = prices or lagrange.prices(arcs, weight, known, limits.deadline(t0))
     if prices is None:
         return None
     through = lagrange.through(arcs, weight, prices)
@@ -69,26 +93,31 @@ def solve_pruned(arcs: Arcs, limits: Limits, hint: Solution | None, inner: Inner
     rounds = 0
     while True:
         rounds += 1
-        cut = prices.bound + margin if known is None else min(prices.bound + margin, _edge(arcs, known))
+        cut = prices.bound + margin if known is None else min(prices.bound + margin, edge(known))
         keep = through <= cut
-        got = inner(subset(arcs, keep), _clamped(limits, arcs, cut, prices.bound), hint)
-        if got.found and got.status == "optimal":
-            value = int(weight[plan_arcs(arcs, got.gpus, got.cuts)].sum())
-            if _edge(arcs, value) > cut:  # plans tied with it may lie outside: cut at its tie set's end
+        got = inner(subset(arcs, keep), _clamped(limits, arcs, cut, prices.bound, held), hint)
+        lost = held is not None and got.found and int(arcs.mass[_ids(arcs, got)].sum()) < held
+        if got.found and got.status == "optimal" and not lost:
+            value = int(weight[_ids(arcs, got)].sum())
+            if edge(value) > cut:  # plans tied with it may lie outside: cut at its tie set's end
                 tighter = lagrange.prices(arcs, weight, value, limits.deadline(t0))
                 if tighter is not None and tighter.bound > prices.bound:
                     prices, through = tighter, lagrange.through(arcs, weight, tighter)
-                cut, hint, rounds = _edge(arcs, value), got, rounds + 1
+                cut, hint, rounds = edge(value), got, rounds + 1
                 keep = through <= cut
-                got = inner(subset(arcs, keep), _clamped(limits, arcs, cut, prices.bound), hint)
+                got = inner(subset(arcs, keep), _clamped(limits, arcs, cut, prices.bound, held), hint)
         info = {"pruned_arcs": int(keep.sum()), "rounds": rounds, "lagrange_steps": prices.steps}
         info["wall_ms"] = (time.perf_counter() - t0) * 1e3
-        if got.status == "infeasible" and not keep.all():
-            margin *= 4  # nothing within the cut: widen it
+        if (got.status == "infeasible" or lost) and not keep.all():
+            margin *= 4  # nothing good enough within the cut: widen it
             continue
         if got.status in ("optimal", "infeasible"):
             return dataclasses.replace(got, info={**got.info, **info})
-        return _stopped(arcs, got, hint, cut, prices.bound, info)
+        return _stopped(arcs, got, hint, cut, prices.bound, held, info)
+
+
+def _ids(arcs: Arcs, plan: Solution) -> np.ndarray:
+    return plan_arcs(arcs, plan.gpus, plan.cuts)
 
 
 def _value(arcs: Arcs, weight: np.ndarray, plan: Solution | None) -> int | None:
@@ -101,9 +130,12 @@ def _value(arcs: Arcs, weight: np.ndarray, plan: Solution | None) -> int | None:
     return int(weight[ids].sum())
 
 
-def _global(arcs: Arcs, inner_bound: float | None, cut: int, lowest: int) -> float:
+def _global(arcs: Arcs, inner_bound: float | None, cut: int, lowest: int, held: int | None) -> float:
     """A bound for the whole table from one the cut table proved: a plan outside the cut weighs more
-    than ``cut``, and none weighs less than the Lagrangian ``lowest``. In the objective's units."""
+    than ``cut``, and none weighs less than the Lagrangian ``lowest``. In the objective's units;
+    with ``held`` (the mass objective's time level) the held mass, proven already."""
+    if held is not None:
+        return held / MASS_SCALE
     if arcs.objective == "mass":
         outside, best = -(cut + 1) / MASS_SCALE, -lowest / MASS_SCALE
         return best if inner_bound is None else min(best, max(inner_bound, outside))
@@ -111,23 +143,25 @@ def _global(arcs: Arcs, inner_bound: float | None, cut: int, lowest: int) -> flo
     return best if inner_bound is None else max(best, min(inner_bound, outside))
 
 
-def _clamped(limits: Limits, arcs: Arcs, cut: int, lowest: int) -> Limits:
+def _clamped(limits: Limits, arcs: Arcs, cut: int, lowest: int, held: int | None) -> Limits:
     """The limits with progress bounds made valid for the whole table (see ``_global``)."""
     report = limits.progress
     if report is None:
         return limits
 
     def progress(what: str, incumbent: float, bound: float) -> None:
-        report(what, incumbent, _global(arcs, bound, cut, lowest))
+        report(what, incumbent, _global(arcs, bound, cut, lowest, held))
 
     return dataclasses.replace(limits, progress=progress)
 
 
-def _stopped(arcs: Arcs, got: Solution, hint: Solution | None, cut: int, lowest: int, info: dict) -> Solution:
+def _stopped(
+    arcs: Arcs, got: Solution, hint: Solution | None, cut: int, lowest: int, held: int | None, info: dict
+) -> Solution:
     """The time limit ran out: the best plan found (or the hint) as feasible, with a global bound."""
     info = {**got.info, **info}
     best = got if got.found else hint
     if best is None or not best.found:
         return dataclasses.replace(got, status="unknown", info=info)
-    bound = _global(arcs, got.bound if got.found else None, cut, lowest)
+    bound = _global(arcs, got.bound if got.found else None, cut, lowest, held)
     return dataclasses.replace(best, name=got.name, status="feasible", bound=bound, info=info)
