@@ -373,13 +373,16 @@ class SweepPoint:
 @dataclass(frozen=True)
 class FreshRun:
     """``plan_rig`` on a sweep point in a fresh interpreter: the wall time of the whole process
-    (start-up, imports and building the rig included), of plan_rig alone, and the peak RSS."""
+    (start-up, imports and building the rig included), of plan_rig alone, the peak RSS, and what
+    answered (the solver's name, and the arcs Lagrangian pruning kept where it ran)."""
 
     process_s: float
     plan_s: float
     peak_mib: float
     status: str
     gap: float | None
+    solver: str
+    pruned_arcs: int | None
 
     def as_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -388,10 +391,24 @@ class FreshRun:
 FRESH_CODE = "import sys; from solver.bench import fresh_point_main; fresh_point_main(sys.argv[1])"
 
 
-def fresh_point_main(arg: str) -> None:
-    """In the fresh interpreter: plan the point ``arg`` (JSON: SweepPoint and its limits), print JSON."""
+def peak_rss_mib() -> float:
+    """This process's peak resident memory in MiB: Linux's VmHWM, the high-water mark of the address
+    space since exec. (``ru_maxrss`` keeps the parent's RSS at fork across exec, so a child of a big
+    bench process would report at least the parent's size.) Elsewhere ``ru_maxrss``."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024  # kB
+    except OSError:
+        pass
     import resource
 
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+def fresh_point_main(arg: str) -> None:
+    """In the fresh interpreter: plan the point ``arg`` (JSON: SweepPoint and its limits), print JSON."""
     from solver.planner import plan_rig
     from solver.report import to_json as plan_json
     from solver.solvers import Limits
@@ -401,9 +418,10 @@ def fresh_point_main(arg: str) -> None:
     t0 = time.perf_counter()
     result = plan_rig(problem, Limits(time_limit=spec["time_limit"], workers=spec["workers"]))
     plan_s = time.perf_counter() - t0
-    peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
-    gap = plan_json(result)["solver"]["gap"]
-    print(json.dumps({"plan_s": plan_s, "peak_mib": peak_kib / 1024, "status": result.status, "gap": gap}))
+    sol = result.solution
+    got = {"plan_s": plan_s, "peak_mib": peak_rss_mib(), "status": result.status}
+    got |= {"gap": plan_json(result)["solver"]["gap"], "solver": sol.name}
+    print(json.dumps({**got, "pruned_arcs": sol.info.get("pruned_arcs")}))
 
 
 def fresh_point(point: SweepPoint, settings: Settings) -> FreshRun:
@@ -528,7 +546,7 @@ def _fresh(run: FreshRun | None) -> str:
     if run is None:
         return "[dim]-[/dim]"
     took = f"{_fmt(run.process_s * 1e3)}\n[dim]plan {_fmt(run.plan_s * 1e3)}[/dim]"
-    return f"{took}\n{run.peak_mib:,.0f} MiB\n{_status(run.status, run.gap)}"
+    return f"{took}\n{run.peak_mib:,.0f} MiB\n{_status(run.status, run.gap)}\n[dim]{run.solver}[/dim]"
 
 
 def _int_list(ctx: click.Context, param: click.Parameter, value: str) -> list[int]:

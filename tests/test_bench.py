@@ -173,6 +173,7 @@ def check_fresh_process(row: dict) -> None:
     fresh = row["process"]
     assert fresh["peak_mib"] > 0 and fresh["process_s"] > fresh["plan_s"] > 0
     assert fresh["status"] == row["status"] == "optimal" and fresh["gap"] == row["gap"] == 0.0
+    assert fresh["solver"] in ("dp", "cp-sat", "exhaustive")
 
 
 def test_sweep_with_every_gpu_a_different_card(write):
