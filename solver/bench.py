@@ -5,7 +5,9 @@ end to end (read the files, then ``plan_rig``, whose CP-SAT call is hinted by th
 ``solve`` runs it; the CP-SAT share is that call's own wall time). Each piece runs ``--repeat``
 times, or fewer once its runs have spent ``--budget`` seconds (at least once), so the defaults stay
 quick while slow pieces still get measured. Import time comes from fresh interpreters, the way a
-user pays it. ``--sweep`` does the same on synthetic rigs of growing GPUs and layers, both orders.
+user pays it. ``--sweep`` does the same on synthetic rigs of growing GPUs and layers (card kinds,
+hosts and orders as asked), and plans each once more in a fresh interpreter for its process time
+and peak memory.
 
 Nothing here asserts a time: the numbers are reported (medians, min, max, runs), never checked.
 """
@@ -94,6 +96,9 @@ class RigBench:
     gap: float | None
     agrees: bool | None
     pieces: dict[str, Timing]
+    hosts: int = 1
+    kinds: int = 1
+    fresh: FreshRun | None = None
 
     def ratio(self, top: str, bottom: str | float | None) -> float | None:
         """median(top) / median(bottom) (or / a number), None when either is missing."""
@@ -109,6 +114,8 @@ class RigBench:
             "order": self.order,
             "gpus": self.gpus,
             "layers": self.layers,
+            "hosts": self.hosts,
+            "kinds": self.kinds,
             "pairs": self.pairs,
             "arcs": self.arcs,
             "placements": self.placements,
@@ -120,6 +127,7 @@ class RigBench:
                 "cpsat_over_dp": self.ratio("cp-sat", "dp"),
                 "end_to_end_over_import": self.ratio("end-to-end", import_ms),
             },
+            **({"process": self.fresh.as_json()} if self.fresh else {}),
         }
 
 
@@ -177,6 +185,8 @@ def measure(problem: Any, settings: Settings, reload: Callable[[], Any] | None =
         gap=plan_json(result)["solver"]["gap"],
         agrees=agrees,
         pieces=pieces,
+        hosts=len(set(problem.hosts.tolist())),
+        kinds=len(set(problem.gpu_names)),
     )
 
 
@@ -218,8 +228,10 @@ def process_time(rig: Path, settings: Settings, engine: str | None = None) -> Ti
     return timing
 
 
-# Cards for the sweep: (name, free GiB, SMs, boost GHz), from published specs.
-CARDS = [
+#: A sweep card: (name, free GiB, SMs, boost GHz), from published specs.
+Card = tuple[str, float, int, float]
+#: The sweep's palette of real cards, every one a different (room, speed) kind.
+CARDS: list[Card] = [
     ("RTX 3060", 11.5, 28, 1.777),
     ("RTX 5060 Ti", 15.3, 36, 2.572),
     ("RTX A4000", 15.3, 48, 1.56),
@@ -227,24 +239,78 @@ CARDS = [
     ("RTX 3090", 23.3, 82, 1.695),
     ("RTX 4090", 23.3, 128, 2.52),
     ("RTX A6000", 47.3, 84, 1.8),
+    ("RTX 3080", 9.5, 68, 1.71),
+    ("RTX 3080 Ti", 11.5, 80, 1.665),
+    ("RTX 4070", 11.5, 46, 2.475),
+    ("RTX 4080", 15.3, 76, 2.505),
+    ("RTX 5090", 31.3, 170, 2.407),
+    ("RTX A5000", 23.3, 64, 1.695),
+    ("Titan RTX", 23.3, 72, 1.77),
+    ("RTX 4060 Ti 16GB", 15.3, 34, 2.535),
+    ("RTX 5080", 15.3, 84, 2.617),
 ]
 GIB, MIB = 2**30, 2**20
+#: Sweep defaults: card kinds per rig (per host with hosts), hosts, and the network hop in ms.
+DEFAULT_KINDS, DEFAULT_HOSTS, DEFAULT_NETWORK_MS = 7, 1, 2.0
 
 
-def sweep_problem(seed: int, n_gpus: int, n_layers: int, experts: int, order: str) -> Any:
+@dataclass(frozen=True)
+class SweepShape:
+    """What a sweep point's rig looks like besides its size: card kinds, hosts and their network hop.
+
+    ``kinds`` distinct kinds are drawn (seeded) for the rig, or for each host when there are several,
+    and every GPU is one of them; 0 makes every GPU of the rig a different card (at most len(CARDS)).
+    GPUs go to ``hosts`` equal contiguous groups, one per host.
+    """
+
+    kinds: int = DEFAULT_KINDS
+    hosts: int = DEFAULT_HOSTS
+    network_ms: float = DEFAULT_NETWORK_MS
+
+    def check(self, n_gpus: int) -> str | None:
+        """Why a rig of ``n_gpus`` cannot have this shape, or None."""
+        if self.kinds == 0 and n_gpus > len(CARDS):
+            return f"--kinds 0 makes every GPU a different card: at most {len(CARDS)} GPUs, not {n_gpus}"
+        if n_gpus % self.hosts:
+            return f"--hosts {self.hosts} splits the GPUs into equal groups: {n_gpus} GPUs do not divide"
+        return None
+
+
+def draw_cards(seed: int, n_gpus: int, shape: SweepShape, rng: Any) -> list[Card]:
+    """Each GPU's card: kinds drawn from their own seeded stream, GPUs spread over them by ``rng``.
+
+    With the default 7 kinds on one host ``rng`` draws exactly what it drew when the palette had
+    only those 7 cards, so a seed keeps its layers, experts and GPU groupings.
+    """
+    import numpy as np
+
+    pick = np.random.default_rng([seed, 1])
+    if shape.kinds == 0:
+        return [CARDS[i] for i in pick.choice(len(CARDS), n_gpus, replace=False)]
+    slots = rng.integers(0, shape.kinds, n_gpus)
+    per_host = n_gpus // shape.hosts
+    pools = [pick.choice(len(CARDS), shape.kinds, replace=False) for _ in range(shape.hosts)]
+    return [CARDS[pools[g // per_host][s]] for g, s in enumerate(slots)]
+
+
+def sweep_problem(
+    seed: int, n_gpus: int, n_layers: int, experts: int, order: str, shape: SweepShape | None = None
+) -> Any:
     """A synthetic rig of real card types with an MoE model whose experts fill about 1.6x its room.
 
     Layers hold 60-120 MiB each (dense + KV), every card needs 1 GiB of buffers and 700 MiB of
     reserve, and the expert size is set so that the cards can cache about 60% of all experts;
-    routing counts come from the synthetic profile generator with the same seed.
+    routing counts come from the synthetic profile generator with the same seed. ``shape`` sets
+    the card kinds and hosts (default: 7 kinds, one host).
     """
     import numpy as np
 
     from solver.problem import Problem, estimate_layer_ms
     from solver.synth import SynthParams, synth_profile
 
+    shape = shape or SweepShape()
     rng = np.random.default_rng(seed)
-    cards = [CARDS[i] for i in rng.integers(0, len(CARDS), n_gpus)]
+    cards = draw_cards(seed, n_gpus, shape, rng)
     free = np.array([int(c[1] * GIB) for c in cards], dtype=np.int64)
     reserve = np.full(n_gpus, 700 * MIB, dtype=np.int64)
     stage, last = GIB, 512 * MIB
@@ -254,6 +320,13 @@ def sweep_problem(seed: int, n_gpus: int, n_layers: int, experts: int, order: st
     expert_bytes = (mean_expert * rng.uniform(0.8, 1.2, n_layers)).astype(np.int64)
     profile = synth_profile([experts] * n_layers, SynthParams(seed=seed))
     counts = profile.count.astype(np.float64)
+    hosts: dict[str, Any] = {}
+    if shape.hosts > 1:
+        hosts = {
+            "gpu_host": np.arange(n_gpus, dtype=np.int64) // (n_gpus // shape.hosts),
+            "host_names": [f"host{h}" for h in range(shape.hosts)],
+            "network_handoff_ms": shape.network_ms,
+        }
     return Problem(
         rig=f"{n_gpus}x{n_layers}",
         model="synthetic",
@@ -272,7 +345,103 @@ def sweep_problem(seed: int, n_gpus: int, n_layers: int, experts: int, order: st
         last_stage_bytes=last,
         first_stage_min_layers=2,
         order=order,
+        **hosts,
     )
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    """One sweep rig, as arguments a fresh interpreter rebuilds it from."""
+
+    seed: int
+    gpus: int
+    layers: int
+    experts: int
+    order: str
+    kinds: int
+    hosts: int
+    network_ms: float
+
+    @property
+    def shape(self) -> SweepShape:
+        return SweepShape(self.kinds, self.hosts, self.network_ms)
+
+    def problem(self) -> Any:
+        return sweep_problem(self.seed, self.gpus, self.layers, self.experts, self.order, self.shape)
+
+
+@dataclass(frozen=True)
+class FreshRun:
+    """``plan_rig`` on a sweep point in a fresh interpreter: the wall time of the whole process
+    (start-up, imports and building the rig included), of plan_rig alone, the peak RSS, and what
+    answered (the solver's name, and the arcs Lagrangian pruning kept where it ran)."""
+
+    process_s: float
+    plan_s: float
+    peak_mib: float
+    status: str
+    gap: float | None
+    solver: str
+    pruned_arcs: int | None
+
+    def as_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+FRESH_CODE = "import sys; from solver.bench import fresh_point_main; fresh_point_main(sys.argv[1])"
+
+
+def peak_rss_mib() -> float:
+    """This process's peak resident memory in MiB: Linux's VmHWM, the high-water mark of the address
+    space since exec. (``ru_maxrss`` keeps the parent's RSS at fork across exec, so a child of a big
+    bench process would report at least the parent's size.) Elsewhere ``ru_maxrss``."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024  # kB
+    except OSError:
+        pass
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+def fresh_point_main(arg: str) -> None:
+    """In the fresh interpreter: plan the point ``arg`` (JSON: SweepPoint and its limits), print JSON."""
+    from solver.planner import plan_rig
+    from solver.report import to_json as plan_json
+    from solver.solvers import Limits
+
+    spec = json.loads(arg)
+    problem = SweepPoint(**spec["point"]).problem()
+    t0 = time.perf_counter()
+    result = plan_rig(problem, Limits(time_limit=spec["time_limit"], workers=spec["workers"]))
+    plan_s = time.perf_counter() - t0
+    sol = result.solution
+    got = {"plan_s": plan_s, "peak_mib": peak_rss_mib(), "status": result.status}
+    got |= {"gap": plan_json(result)["solver"]["gap"], "solver": sol.name}
+    print(json.dumps({**got, "pruned_arcs": sol.info.get("pruned_arcs")}))
+
+
+def fresh_point(point: SweepPoint, settings: Settings) -> FreshRun:
+    """Plan ``point`` once in a fresh interpreter under the sweep's time limit (what ``solve`` pays)."""
+    import subprocess
+
+    spec = {
+        "point": dataclasses.asdict(point),
+        "time_limit": settings.time_limit,
+        "workers": settings.workers,
+    }
+    t0 = time.perf_counter()
+    cmd = [sys.executable, "-c", FRESH_CODE, json.dumps(spec)]
+    done = subprocess.run(cmd, env=_fresh_env(), capture_output=True, text=True)
+    process_s = time.perf_counter() - t0
+    if done.returncode:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise click.ClickException(f"the fresh process for {point} failed: {last}")
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    return FreshRun(process_s=process_s, **got)
 
 
 def _ms(t: Timing) -> str:
@@ -308,6 +477,7 @@ def _num(x: float) -> str:
     return f"{x:.0f}" if 100 <= x < 1e6 else f"{x:.3g}"
 
 
+ORDERS = ("as-given", "auto")
 PIECES = ("read", "table", "arcs", "dp", "exhaustive", "cp-sat", "end-to-end")
 
 
@@ -336,26 +506,47 @@ def render(title: str, rows: list[RigBench], import_ms: float | None, console: C
         table.add_column(col, justify="right")
     table.add_column("cp-sat\n/ dp", justify="right")
     table.add_column("e2e /\nimport", justify="right")
+    fresh = any(r.fresh for r in rows)
+    if fresh:
+        table.add_column("fresh\nprocess", justify="right")
     for r in rows:
-        status = r.status
-        if r.status == "feasible" and r.gap is not None:
-            status += f"\ngap {r.gap:.2%}"
+        status = _status(r.status, r.gap)
         if r.agrees is not None:
             # an unproven plan may be an equally good one that the tie-breaks did not get to
             differs = "\n[red]!= dp[/red]" if r.status == "optimal" else "\n[dim]not dp's plan[/dim]"
             status += "\n= dp" if r.agrees else differs
         table.add_row(
-            f"{r.name}\n[dim]{r.order}[/dim]",
+            f"{r.name}\n[dim]{r.order}\n{_shape(r)}[/dim]",
             f"{r.gpus} x {r.layers}",
             f"{r.pairs:,}\n{r.arcs:,}",
             status,
             *(cell(r.pieces.get(p, Timing())) for p in PIECES),
             _ratio(r.ratio("cp-sat", "dp")),
             _ratio(r.ratio("end-to-end", import_ms)),
+            *([_fresh(r.fresh)] if fresh else []),
         )
     console.print(table)
     for i, note in enumerate(notes, 1):
         console.print(f"[dim][{i}] skipped: {note}[/dim]")
+
+
+def _status(status: str, gap: float | None) -> str:
+    """A status, and the gap of an unproven (``feasible``) plan on the next line."""
+    return f"{status}\ngap {gap:.2%}" if status == "feasible" and gap is not None else status
+
+
+def _shape(r: RigBench) -> str:
+    """``N kinds`` of cards, and ``on H hosts`` when there are several."""
+    kinds = f"{r.kinds} kind{'s' if r.kinds != 1 else ''}"
+    return f"{kinds}, {r.hosts} hosts" if r.hosts > 1 else kinds
+
+
+def _fresh(run: FreshRun | None) -> str:
+    """The fresh-process cell: whole process, plan_rig alone, peak RSS, and its own status."""
+    if run is None:
+        return "[dim]-[/dim]"
+    took = f"{_fmt(run.process_s * 1e3)}\n[dim]plan {_fmt(run.plan_s * 1e3)}[/dim]"
+    return f"{took}\n{run.peak_mib:,.0f} MiB\n{_status(run.status, run.gap)}\n[dim]{run.solver}[/dim]"
 
 
 def _int_list(ctx: click.Context, param: click.Parameter, value: str) -> list[int]:
@@ -366,6 +557,13 @@ def _int_list(ctx: click.Context, param: click.Parameter, value: str) -> list[in
     if not out or min(out) < 1:
         raise click.BadParameter(f"expected positive whole numbers, got {value!r}")
     return out
+
+
+def _orders(ctx: click.Context, param: click.Parameter, value: str) -> list[str]:
+    out = [v.strip() for v in value.split(",") if v.strip()]
+    if not out or set(out) - set(ORDERS):
+        raise click.BadParameter(f"expected some of {', '.join(ORDERS)}, comma-separated; got {value!r}")
+    return list(dict.fromkeys(out))
 
 
 def default_rigs() -> list[Path]:
@@ -410,6 +608,34 @@ def default_rigs() -> list[Path]:
     show_default=True,
     help="Sweep: CP-SAT time limit per plan (status feasible when it stops the proof).",
 )
+@click.option(
+    "--kinds",
+    type=click.IntRange(0, len(CARDS)),
+    default=DEFAULT_KINDS,
+    show_default=True,
+    help=f"Sweep: card kinds of the {len(CARDS)} per rig (per host with --hosts); 0: every GPU different.",
+)
+@click.option(
+    "--hosts",
+    type=click.IntRange(min=1),
+    default=DEFAULT_HOSTS,
+    show_default=True,
+    help="Sweep: hosts; the GPUs split into that many equal contiguous groups.",
+)
+@click.option(
+    "--network-ms",
+    type=click.FloatRange(min=0),
+    default=DEFAULT_NETWORK_MS,
+    show_default=True,
+    help="Sweep: ms a stage boundary between two hosts costs.",
+)
+@click.option(
+    "--orders",
+    default="as-given,auto",
+    show_default=True,
+    callback=_orders,
+    help="Sweep: GPU orders, comma-separated.",
+)
 @click.option("--process", is_flag=True, help="Also time `solve RIG --json` in a fresh interpreter.")
 @click.option(
     "--exhaustive-limit",
@@ -437,6 +663,10 @@ def bench(
     layers: list[int],
     experts: int,
     sweep_limit: float,
+    kinds: int,
+    hosts: int,
+    network_ms: float,
+    orders: list[str],
     process: bool,
     exhaustive_limit: int,
     workers: int | None,
@@ -454,6 +684,12 @@ def bench(
         problem = load_problem(path, Overrides(engine=engine))
         return dataclasses.replace(problem, rig=f"{problem.rig} ({engine})") if engine else problem
 
+    shape = SweepShape(kinds, hosts, network_ms)
+    if sweep:
+        for k in gpus:
+            why = shape.check(k)
+            if why:
+                raise click.BadParameter(why, param_hint="--gpus")
     paths = list(dict.fromkeys([*rigs, *rig_args])) or default_rigs()
     try:
         problems = [load(path) for path in paths]
@@ -476,22 +712,29 @@ def bench(
     if sweep:
         sweep_settings = Settings(repeat, budget, settings.workers, exhaustive_limit, sweep_limit)
         sweep_rows = []
-        for order, k, n in ((o, k, n) for o in ("as-given", "auto") for k in gpus for n in layers):
+        for order, k, n in ((o, k, n) for o in orders for k in gpus for n in layers):
             if n < k + 1:
                 continue
             if show:
                 err.print(f"[dim]bench: sweep {k} GPUs x {n} layers, {order} ...[/dim]")
-            p = sweep_problem(seed=k * 1000 + n, n_gpus=k, n_layers=n, experts=experts, order=order)
-            sweep_rows.append(measure(p, sweep_settings))
+            point = SweepPoint(k * 1000 + n, k, n, experts, order, kinds, hosts, network_ms)
+            row = measure(point.problem(), sweep_settings)
+            row.fresh = fresh_point(point, sweep_settings)
+            sweep_rows.append(row)
     if as_json:
-        click.echo(json.dumps(to_json(settings, imports, rows, sweep_rows, experts, sweep_limit), indent=2))
+        out = to_json(settings, imports, rows, sweep_rows, experts, sweep_limit)
+        if sweep_rows is not None:
+            out["sweep"].update(kinds=kinds, hosts=hosts, network_ms=network_ms, orders=orders)
+        click.echo(json.dumps(out, indent=2))
     else:
+        kind_text = "every GPU a different card" if kinds == 0 else f"{kinds} card kinds"
+        hosts_text = f" per host, {hosts} hosts {network_ms:g} ms apart" if hosts > 1 else ""
         report(
             settings,
             imports,
             rows,
             sweep_rows,
-            f"{experts} experts per layer, CP-SAT limit {sweep_limit:g} s",
+            f"{experts} experts per layer, {kind_text}{hosts_text}, time limit {sweep_limit:g} s",
         )
 
 

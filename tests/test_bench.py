@@ -160,3 +160,64 @@ def test_bench_plans_every_rig_for_the_engine_asked(write):
     assert res.exit_code == 0, res.output
     [row] = json.loads(res.output)["rigs"]
     assert row["rig"] == "tiny (vllm)" and row["status"] in ("optimal", "infeasible")
+
+
+def sweep_rows(write, *args: str) -> list[dict]:
+    """The rows of ``solve bench --sweep ARGS --json`` (beside the tiny rig, whose row is not looked at)."""
+    res = run("--rig", str(tiny_rig(write)), "--repeat", "1", "--budget", "0", "--json", "--sweep", *args)
+    assert res.exit_code == 0, res.output
+    return json.loads(res.stdout)["sweep"]["rows"]
+
+
+def check_fresh_process(row: dict) -> None:
+    fresh = row["process"]
+    assert fresh["peak_mib"] > 0 and fresh["process_s"] > fresh["plan_s"] > 0
+    assert fresh["status"] == row["status"] == "optimal" and fresh["gap"] == row["gap"] == 0.0
+    assert fresh["solver"] in ("dp", "cp-sat", "exhaustive")
+
+
+def test_sweep_with_every_gpu_a_different_card(write):
+    rows = sweep_rows(write, "--gpus", "3", "--layers", "8", "--experts", "4", "--kinds", "0", "--hosts", "1")
+    assert [(r["order"], r["gpus"], r["layers"], r["hosts"], r["kinds"]) for r in rows] == [
+        ("as-given", 3, 8, 1, 3),
+        ("auto", 3, 8, 1, 3),
+    ]
+    for r in rows:
+        check_fresh_process(r)
+        assert r["cpsat_equals_dp"] is True
+
+
+def test_sweep_over_hosts_in_a_free_order(write):
+    shape = ("--hosts", "2", "--kinds", "2", "--orders", "auto")
+    rows = sweep_rows(write, "--gpus", "4", "--layers", "8", "--experts", "4", *shape)
+    [row] = rows
+    assert (row["order"], row["gpus"], row["hosts"]) == ("auto", 4, 2) and 1 <= row["kinds"] <= 4
+    check_fresh_process(row)
+
+
+def test_sweep_cards_come_from_the_kinds_of_each_host():
+    import numpy as np
+
+    from solver.bench import CARDS, SweepShape
+
+    assert len({(c[1], c[2] * c[3]) for c in CARDS}) == len(CARDS) == 16  # every card its own kind
+    p = sweep_problem(
+        7, n_gpus=12, n_layers=13, experts=2, order="as-given", shape=SweepShape(kinds=2, hosts=3)
+    )
+    assert p.gpu_host.tolist() == [0] * 4 + [1] * 4 + [2] * 4 and p.host_names == ["host0", "host1", "host2"]
+    assert p.network_handoff_ms == 2.0
+    for h in range(3):
+        assert len({p.gpu_names[g] for g in np.flatnonzero(p.gpu_host == h)}) <= 2
+    every = sweep_problem(7, n_gpus=16, n_layers=17, experts=2, order="auto", shape=SweepShape(kinds=0))
+    assert sorted(every.gpu_names) == sorted(c[0] for c in CARDS) and every.gpu_host is None
+
+
+def test_sweep_shape_errors_are_usage_errors():
+    res = run("--sweep", "--gpus", "17", "--kinds", "0")
+    assert res.exit_code == 2 and "Traceback" not in res.output
+    [line] = [x for x in res.output.splitlines() if "Error" in x]
+    assert "--kinds 0" in line and "at most 16 GPUs, not 17" in line
+    res = run("--sweep", "--gpus", "6", "--hosts", "4")
+    assert res.exit_code == 2 and "6 GPUs do not divide" in res.output
+    res = run("--sweep", "--orders", "auto,random")
+    assert res.exit_code == 2 and "as-given, auto" in res.output
