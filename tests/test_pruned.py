@@ -11,7 +11,7 @@ from factory import random_problem
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from solver import lagrange, planner
+from solver import hostsplit, lagrange, planner
 from solver.arcs import build_arcs
 from solver.engines import build_table
 from solver.planner import dp_hint, exact_on, plan_rig
@@ -128,3 +128,52 @@ def test_the_product_prunes_larger_free_orders_and_agrees_with_the_dp(monkeypatc
         assert r.solution.info["pruned_arcs"] < len(r.arcs)
         want = solve_dp(r.arcs)
         assert (r.status, r.solution.gpus, r.solution.cuts) == (want.status, want.gpus, want.cuts)
+
+
+@st.composite
+def hosted_free_orders(draw: st.DrawFn):
+    """Small free-order rigs over two or three hosts, time or mass."""
+    k = draw(st.integers(2, 4))
+    p = random_problem(
+        seed=draw(st.integers(0, 10**6)),
+        n_layers=draw(st.integers(2 * k + 1, 9)),
+        n_gpus=k,
+        experts=draw(st.integers(1, 6)),
+        order="auto",
+        objective=draw(st.sampled_from(["time", "mass"])),
+        tight=draw(st.floats(0.8, 2.0)),
+        twins=draw(st.booleans()),
+    )
+    hosts = draw(st.lists(st.integers(0, 2), min_size=k, max_size=k).filter(lambda h: len(set(h)) > 1))
+    return hosted(p, hosts)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(hosted_free_orders())
+def test_host_split_gives_the_exact_best_plan_through_every_arc(p):
+    arcs = build_arcs(p, build_table(p))
+    plans = list(every_plan(arcs)) if len(arcs) else []
+    w = weight(arcs)
+    got = hostsplit.exact_through(arcs, w) if len(arcs) else None
+    if not plans:
+        assert got is None
+        return
+    best, through = got
+    assert best == min(int(w[ids].sum()) for ids in plans)
+    want = np.full(len(arcs), np.iinfo(np.int64).max // 2)
+    for ids in plans:
+        np.minimum.at(want, ids, int(w[ids].sum()))
+    assert (through == want).all()
+
+
+def test_the_host_split_agrees_with_the_host_dp_on_larger_rigs():
+    """7 distinct cards over 2 hosts x 40 layers: the exact host/idle DP still takes it, and the
+    split's cut (solved by CP-SAT) must return its plan, ties and all."""
+    for seed, objective in itertools.product(range(3), ["time", "mass"]):
+        p = hosted(distinct_cards(seed, 7, 40, objective), [0, 0, 0, 1, 1, 1, 1])
+        arcs = build_arcs(p, build_table(p))
+        got = solve_pruned(arcs, Limits(workers=1), None, lambda a, lim, h: solve_cpsat(a, lim, hint=h))
+        assert got is not None and got.info["split_by_host"]
+        assert got.info["pruned_arcs"] < len(arcs) / 10
+        want = solve_dp(arcs)
+        assert (got.status, got.gpus, got.cuts) == (want.status, want.gpus, want.cuts)

@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from solver import lagrange
+from solver import hostsplit, lagrange
 from solver.arcs import Arcs, subset
 from solver.problem import MASS_SCALE
 from solver.solvers import Limits, Solution, plan_arcs
@@ -53,6 +53,10 @@ def solve_pruned(arcs: Arcs, limits: Limits, hint: Solution | None, inner: Inner
     t0 = time.perf_counter()
     if limits.started is None:  # one clock for every round
         limits = dataclasses.replace(limits, started=t0)
+    if arcs.n_hosts > 1:
+        got = _split(arcs, limits, hint, inner, t0)
+        if got is not None:
+            return got
     if arcs.objective != "mass":
         return _rounds(arcs, arcs.time, arcs.time_cap, limits, hint, inner, t0)
     known = _value(arcs, -arcs.mass, hint)
@@ -66,6 +70,24 @@ def solve_pruned(arcs: Arcs, limits: Limits, hint: Solution | None, inner: Inner
     if got is not None and got.status == "optimal":
         got.info["pruned_arcs_by_mass"] = int(most.sum())
     return got
+
+
+def _split(arcs: Arcs, limits: Limits, hint: Solution | None, inner: Inner, t0: float) -> Solution | None:
+    """Several hosts: cut at the optimum's tie set by the exact best plan through each arc
+    (``solver.hostsplit``), one solve. None when the split's tables would be too large."""
+    weight = -arcs.mass if arcs.objective == "mass" else arcs.time
+    split = hostsplit.exact_through(arcs, weight)
+    if split is None:
+        return None
+    best, through = split
+    cut = best if arcs.objective == "mass" else arcs.time_cap(best)
+    keep = through <= cut
+    got = inner(subset(arcs, keep), _clamped(limits, arcs, cut, best, None), hint)
+    info = {"pruned_arcs": int(keep.sum()), "rounds": 1, "split_by_host": True}
+    info["wall_ms"] = (time.perf_counter() - t0) * 1e3
+    if got.status in ("optimal", "infeasible"):
+        return dataclasses.replace(got, info={**got.info, **info})
+    return _stopped(arcs, got, hint, cut, best, None, info)
 
 
 def _rounds(

@@ -1,0 +1,130 @@
+"""Exact best plan through every arc of a free order over several hosts, by splitting at the hosts.
+
+SPEC 8 keeps each host's GPUs in one run of stages, so a plan is an order of hosts, a range of
+layers per host, and inside each host an order of its own GPUs over its range. The hosts are
+independent once their ranges are fixed, so the optimum splits in two exact DPs:
+
+- per host h, ``inside[st][x, y]``: the least summed weight covering layers [x, y) with the
+  multiset ``st`` of h's GPUs (states count the GPUs used per class, identical GPUs alike), a
+  min-plus matrix product per added GPU: a few hundred (L+1)^3 products per host;
+- over host sets, ``F[S][p]`` (hosts S cover [0, p)) and ``B[S][p]`` (the others cover [p, L)).
+
+The best plan through an arc of class c at [a, b) on host h is then
+
+    min over S without h, states st of h: E[S, st, a] + weight + X[S, st + c, b]
+
+with ``E[S, st, a] = min_x F[S][x] + inside[st][x, a]`` (h entered at x, st used before a) and
+``X[S, st', b] = min_y inside[rest(st')][b, y] + B[S + h][y]`` (the rest of h, then the other
+hosts). These are exact, not relaxed: cut at the optimum's tie set, the table keeps only arcs of
+tied plans, and CP-SAT then settles the tie-breaks on a handful of arcs
+(``solver.solvers.pruned``). Sums run in float64 over integers below 2^53, so they are exact.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from solver.arcs import Arcs, gpu_classes
+
+#: Cells of one host's ``inside`` tables (states x (L+1)^2) at most: 512 MiB of float64.
+MAX_CELLS = 2**26
+#: Host sets at most (2^H): eight hosts.
+MAX_HOST_SETS = 256
+EXACT = 2.0**52
+
+
+def _minplus(a: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """(n, n) min-plus product ``out[x, y] = min_k a[x, k] + c[k, y]``, in row blocks of bounded size."""
+    n = a.shape[0]
+    out = np.empty((n, c.shape[1]))
+    step = max(1, 2**22 // (n * c.shape[1]))
+    for lo in range(0, n, step):
+        out[lo : lo + step] = (a[lo : lo + step, :, None] + c[None]).min(axis=1)
+    return out
+
+
+def _host_states(members: list[int], mult: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Mixed-radix strides of a host's classes and the counts per class of each state."""
+    radix = mult[members] + 1
+    stride = np.concatenate([[1], np.cumprod(radix)[:-1]]).astype(np.int64)
+    states = int(np.prod(radix))
+    counts = (np.arange(states)[:, None] // stride[None, :]) % radix[None, :]
+    return stride, counts
+
+
+def exact_through(arcs: Arcs, weight: np.ndarray) -> tuple[int, np.ndarray] | None:
+    """(the least summed ``weight`` of any plan, per arc the least of a plan through it), int64; a
+    huge value where no plan uses the arc. None when the tables would be too large, the sums
+    could outgrow exact float64 integers, or the table is not a free order over several hosts."""
+    if arcs.order != "auto" or arcs.idle or arcs.n_hosts < 2 or 2**arcs.n_hosts > MAX_HOST_SETS:
+        return None
+    if float(np.abs(weight).max(initial=0)) * (arcs.n_gpus + 2) * 4 >= EXACT:
+        return None
+    n = arcs.n_layers + 1
+    cls = gpu_classes(arcs)
+    n_cls = int(cls.max()) + 1
+    mult = np.bincount(cls, minlength=n_cls)
+    cls_host = np.zeros(n_cls, dtype=np.int64)
+    cls_host[cls] = arcs.hosts
+    blocks = np.full((n_cls, n, n), np.inf)
+    blocks[cls[arcs.gpu], arcs.start, arcs.end] = weight.astype(np.float64)
+    hosts = arcs.n_hosts
+    members = [np.flatnonzero(cls_host == h).tolist() for h in range(hosts)]
+    layout = [_host_states(m, mult) for m in members]
+    if any(len(c) * n * n > MAX_CELLS for _, c in layout):
+        return None
+    inside = [_inside(blocks, m, stride, counts, mult, n) for m, (stride, counts) in zip(members, layout)]
+    full = (1 << hosts) - 1
+    f = np.full((full + 1, n), np.inf)
+    b = np.full((full + 1, n), np.inf)
+    f[0, 0], b[full, n - 1] = 0.0, 0.0
+    for s in range(full + 1):  # S only grows, so numeric order is a topological order
+        if np.isfinite(f[s]).any():
+            for h in range(hosts):
+                if not s >> h & 1:
+                    np.minimum(f[s | 1 << h], (f[s][:, None] + inside[h][-1]).min(axis=0), out=f[s | 1 << h])
+    for s in range(full, -1, -1):
+        for h in range(hosts):
+            if not s >> h & 1 and np.isfinite(b[s | 1 << h]).any():
+                np.minimum(b[s], (inside[h][-1] + b[s | 1 << h][None, :]).min(axis=1), out=b[s])
+    best = f[full, n - 1]
+    if not np.isfinite(best):
+        return None
+    out = np.full(len(arcs), np.inf)
+    arc_cls = cls[arcs.gpu]
+    for h in range(hosts):
+        stride, counts = layout[h]
+        sets = [s for s in range(full + 1) if not s >> h & 1]
+        rest = len(counts) - 1 - np.arange(len(counts))  # the state of the GPUs not yet used
+        enter = np.stack([(f[s][None, :, None] + inside[h]).min(axis=1) for s in sets])  # (S, st, n)
+        leave = np.stack([(inside[h][rest] + b[s | 1 << h][None, None, :]).min(axis=2) for s in sets])
+        for i, c in enumerate(members[h]):
+            st = np.flatnonzero(counts[:, i] < mult[c])
+            every = np.flatnonzero(arc_cls == c)
+            step = max(1, 2**22 // (len(sets) * len(st)))  # about 32 MiB per temporary
+            for lo in range(0, len(every), step):
+                on = every[lo : lo + step]
+                head = enter[:, st][:, :, arcs.start[on]]  # (S, states, arcs)
+                tail = leave[:, st + stride[i]][:, :, arcs.end[on]]
+                out[on] = (head + tail).min(axis=(0, 1)) + weight[on]
+    through = np.full(len(arcs), np.iinfo(np.int64).max // 2, dtype=np.int64)
+    used = np.isfinite(out)
+    through[used] = out[used].astype(np.int64)
+    return int(best), through
+
+
+def _inside(
+    blocks: np.ndarray, members: list[int], stride: np.ndarray, counts: np.ndarray, mult: np.ndarray, n: int
+) -> np.ndarray:
+    """(states, n, n): the least weight covering [x, y) with each state's GPUs of one host, in any
+    order (state 0 covers nothing: 0 on the diagonal)."""
+    table = np.full((len(counts), n, n), np.inf)
+    np.fill_diagonal(table[0], 0.0)
+    for st in range(len(counts)):
+        if not np.isfinite(table[st]).any():
+            continue
+        for i, c in enumerate(members):
+            if counts[st, i] < mult[c]:
+                nxt = st + int(stride[i])
+                np.minimum(table[nxt], _minplus(table[st], blocks[c]), out=table[nxt])
+    return table
