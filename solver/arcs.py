@@ -147,7 +147,8 @@ def _reachable(
 ) -> np.ndarray:
     """Keep only arcs on some path from layer 0 to layer L of at most k arcs.
 
-    With the order as given, stage s is GPU s, so reachability is tracked per stage.
+    With the order as given, stage s is GPU s, so reachability is tracked per stage and each
+    stage's arcs are visited once; a free order repeats whole passes until nothing changes.
     """
     n, k = p.n_layers, p.n_gpus
     layered = p.order == "as-given" and not p.idle_gpus
@@ -158,11 +159,25 @@ def _reachable(
     bwd = np.zeros((rows, n + 1), dtype=bool)
     fwd[0, 0] = True
     bwd[rows - 1, n] = True
+    if layered:
+        by_stage = np.split(
+            np.flatnonzero(keep)[np.argsort(gpu[keep], kind="stable")],
+            np.cumsum(np.bincount(gpu[keep], minlength=k))[:-1],
+        )
+        for s in range(k):
+            ids = by_stage[s]
+            fwd[s + 1, end[ids[fwd[s, start[ids]]]]] = True
+        for s in range(k - 1, -1, -1):
+            ids = by_stage[s]
+            bwd[s, start[ids[bwd[s + 1, end[ids]]]]] = True
+        return keep & fwd[stage, start] & bwd[nxt, end]
+    ids = np.flatnonzero(keep)
     for _ in range(k):
-        on = keep & fwd[stage, start]
-        fwd[nxt[on], end[on]] = True
-        on = keep & bwd[nxt, end]
-        bwd[stage[on], start[on]] = True
+        before = fwd.sum() + bwd.sum()
+        fwd[0, end[ids[fwd[0, start[ids]]]]] = True
+        bwd[0, start[ids[bwd[0, end[ids]]]]] = True
+        if fwd.sum() + bwd.sum() == before:
+            break
     return keep & fwd[stage, start] & bwd[nxt, end]
 
 

@@ -238,8 +238,12 @@ class _Chain:
         Returns ("optimal", value), ("infeasible", None), or ("stopped", None) when the deadline
         cut the proof short (``proven`` turns False and ``bound`` keeps CP-SAT's bound). A
         solution found on the way replaces ``chosen``. With ``gap``, "optimal" means within that
-        many units of CP-SAT's bound, kept in ``last_bound``.
+        many units of CP-SAT's bound, kept in ``last_bound``. Past the deadline it stops at once,
+        without building the model (on 650,000 arcs that alone takes half a second).
         """
+        if self.deadline is not None and time.perf_counter() >= self.deadline:
+            self.proven = False
+            return "stopped", None
         m, x = _build(self.arcs)
         for fix in self.fixes:
             fix(m, x, self.arcs)
