@@ -33,13 +33,14 @@ MAX_HOST_SETS = 256
 EXACT = 2.0**52
 
 
-def _minplus(a: np.ndarray, c: np.ndarray) -> np.ndarray:
-    """(n, n) min-plus product ``out[x, y] = min_k a[x, k] + c[k, y]``, in row blocks of bounded size."""
+def _product(a: np.ndarray, c: np.ndarray, op: np.ufunc) -> np.ndarray:
+    """(n, n) product ``out[x, y] = min_k op(a[x, k], c[k, y])`` (min-plus, or min-max for a
+    bottleneck), in row blocks of bounded size."""
     n = a.shape[0]
     out = np.empty((n, c.shape[1]))
     step = max(1, 2**22 // (n * c.shape[1]))
     for lo in range(0, n, step):
-        out[lo : lo + step] = (a[lo : lo + step, :, None] + c[None]).min(axis=1)
+        out[lo : lo + step] = op(a[lo : lo + step, :, None], c[None]).min(axis=1)
     return out
 
 
@@ -52,9 +53,10 @@ def _host_states(members: list[int], mult: np.ndarray) -> tuple[np.ndarray, np.n
     return stride, counts
 
 
-def exact_through(arcs: Arcs, weight: np.ndarray) -> tuple[int, np.ndarray] | None:
+def exact_through(arcs: Arcs, weight: np.ndarray, op: np.ufunc = np.add) -> tuple[int, np.ndarray] | None:
     """(the least summed ``weight`` of any plan, per arc the least of a plan through it), int64; a
-    huge value where no plan uses the arc. None when the tables would be too large, the sums
+    huge value where no plan uses the arc. ``op`` np.maximum: the least largest ``weight`` instead
+    (the throughput objective's slowest stage). None when the tables would be too large, the sums
     could outgrow exact float64 integers, or the table is not a free order over several hosts."""
     if arcs.order != "auto" or arcs.idle or arcs.n_hosts < 2 or 2**arcs.n_hosts > MAX_HOST_SETS:
         return None
@@ -73,22 +75,25 @@ def exact_through(arcs: Arcs, weight: np.ndarray) -> tuple[int, np.ndarray] | No
     layout = [_host_states(m, mult) for m in members]
     if any(len(c) * n * n > MAX_CELLS for _, c in layout):
         return None
-    inside = [_inside(blocks, m, stride, counts, mult, n) for m, (stride, counts) in zip(members, layout)]
+    none = 0.0 if op is np.add else -np.inf  # what covering nothing weighs
+    inside = [
+        _inside(blocks, m, stride, counts, mult, n, op, none) for m, (stride, counts) in zip(members, layout)
+    ]
     full = (1 << hosts) - 1
     f = np.full((full + 1, n), np.inf)
     b = np.full((full + 1, n), np.inf)
-    f[0, 0], b[full, n - 1] = 0.0, 0.0
+    f[0, 0], b[full, n - 1] = none, none
     for s in range(full + 1):  # S only grows, so numeric order is a topological order
-        if np.isfinite(f[s]).any():
+        if (f[s] < np.inf).any():
             for h in range(hosts):
                 if not s >> h & 1:
-                    np.minimum(f[s | 1 << h], (f[s][:, None] + inside[h][-1]).min(axis=0), out=f[s | 1 << h])
+                    np.minimum(f[s | 1 << h], op(f[s][:, None], inside[h][-1]).min(axis=0), out=f[s | 1 << h])
     for s in range(full, -1, -1):
         for h in range(hosts):
-            if not s >> h & 1 and np.isfinite(b[s | 1 << h]).any():
-                np.minimum(b[s], (inside[h][-1] + b[s | 1 << h][None, :]).min(axis=1), out=b[s])
+            if not s >> h & 1 and (b[s | 1 << h] < np.inf).any():
+                np.minimum(b[s], op(inside[h][-1], b[s | 1 << h][None, :]).min(axis=1), out=b[s])
     best = f[full, n - 1]
-    if not np.isfinite(best):
+    if not best < np.inf:
         return None
     out = np.full(len(arcs), np.inf)
     arc_cls = cls[arcs.gpu]
@@ -96,8 +101,8 @@ def exact_through(arcs: Arcs, weight: np.ndarray) -> tuple[int, np.ndarray] | No
         stride, counts = layout[h]
         sets = [s for s in range(full + 1) if not s >> h & 1]
         rest = len(counts) - 1 - np.arange(len(counts))  # the state of the GPUs not yet used
-        enter = np.stack([(f[s][None, :, None] + inside[h]).min(axis=1) for s in sets])  # (S, st, n)
-        leave = np.stack([(inside[h][rest] + b[s | 1 << h][None, None, :]).min(axis=2) for s in sets])
+        enter = np.stack([op(f[s][None, :, None], inside[h]).min(axis=1) for s in sets])  # (S, st, n)
+        leave = np.stack([op(inside[h][rest], b[s | 1 << h][None, None, :]).min(axis=2) for s in sets])
         for i, c in enumerate(members[h]):
             st = np.flatnonzero(counts[:, i] < mult[c])
             every = np.flatnonzero(arc_cls == c)
@@ -106,7 +111,7 @@ def exact_through(arcs: Arcs, weight: np.ndarray) -> tuple[int, np.ndarray] | No
                 on = every[lo : lo + step]
                 head = enter[:, st][:, :, arcs.start[on]]  # (S, states, arcs)
                 tail = leave[:, st + stride[i]][:, :, arcs.end[on]]
-                out[on] = (head + tail).min(axis=(0, 1)) + weight[on]
+                out[on] = op(op(head, tail).min(axis=(0, 1)), weight[on])
     through = np.full(len(arcs), np.iinfo(np.int64).max // 2, dtype=np.int64)
     used = np.isfinite(out)
     through[used] = out[used].astype(np.int64)
@@ -114,17 +119,24 @@ def exact_through(arcs: Arcs, weight: np.ndarray) -> tuple[int, np.ndarray] | No
 
 
 def _inside(
-    blocks: np.ndarray, members: list[int], stride: np.ndarray, counts: np.ndarray, mult: np.ndarray, n: int
+    blocks: np.ndarray,
+    members: list[int],
+    stride: np.ndarray,
+    counts: np.ndarray,
+    mult: np.ndarray,
+    n: int,
+    op: np.ufunc,
+    none: float,
 ) -> np.ndarray:
     """(states, n, n): the least weight covering [x, y) with each state's GPUs of one host, in any
-    order (state 0 covers nothing: 0 on the diagonal)."""
+    order (state 0 covers nothing: ``none`` on the diagonal)."""
     table = np.full((len(counts), n, n), np.inf)
-    np.fill_diagonal(table[0], 0.0)
+    np.fill_diagonal(table[0], none)
     for st in range(len(counts)):
-        if not np.isfinite(table[st]).any():
+        if not (table[st] < np.inf).any():
             continue
         for i, c in enumerate(members):
             if counts[st, i] < mult[c]:
                 nxt = st + int(stride[i])
-                np.minimum(table[nxt], _minplus(table[st], blocks[c]), out=table[nxt])
+                np.minimum(table[nxt], _product(table[st], blocks[c], op), out=table[nxt])
     return table

@@ -15,7 +15,7 @@ from solver import hostsplit, lagrange, planner
 from solver.arcs import build_arcs
 from solver.engines import build_table
 from solver.planner import dp_hint, exact_on, plan_rig
-from solver.solvers import Limits
+from solver.solvers import Limits, stage_key
 from solver.solvers.cpsat import solve_cpsat
 from solver.solvers.dp import solve_dp
 from solver.solvers.exhaustive import _orders, solve_exhaustive
@@ -37,7 +37,7 @@ def hosted(p, hosts: list[int] | None):
 
 @st.composite
 def free_orders(draw: st.DrawFn):
-    """Small free-order rigs, time or mass, sometimes with identical GPUs or several hosts."""
+    """Small free-order rigs of every objective, sometimes with identical GPUs or several hosts."""
     k = draw(st.integers(2, 4))
     p = random_problem(
         seed=draw(st.integers(0, 10**6)),
@@ -45,7 +45,7 @@ def free_orders(draw: st.DrawFn):
         n_gpus=k,
         experts=draw(st.integers(1, 6)),
         order="auto",
-        objective=draw(st.sampled_from(["time", "mass"])),
+        objective=draw(st.sampled_from(["time", "mass", "throughput"])),
         tight=draw(st.floats(0.8, 2.0)),
         twins=draw(st.booleans()),
     )
@@ -121,7 +121,7 @@ def test_the_product_prunes_larger_free_orders_and_agrees_with_the_dp(monkeypatc
     """9 distinct cards x 60 layers, with the DP-first threshold at zero so the pruned path (and
     CP-SAT inside it) answers what the DP answers on these rigs in the product."""
     monkeypatch.setattr(planner, "DP_FIRST_WORK", 0)
-    for seed, objective in itertools.product(range(4), ["time", "mass"]):
+    for seed, objective in itertools.product(range(3), ["time", "mass", "throughput"]):
         p = distinct_cards(seed, 9, 60, objective)
         r = plan_rig(p, Limits(workers=1))
         assert "pruned_arcs" in r.solution.info, "the pruned path answered"
@@ -164,12 +164,19 @@ def test_host_split_gives_the_exact_best_plan_through_every_arc(p):
     for ids in plans:
         np.minimum.at(want, ids, int(w[ids].sum()))
     assert (through == want).all()
+    keys = stage_key(arcs)  # the min-max form: the throughput objective's slowest stage
+    top, top_through = hostsplit.exact_through(arcs, keys, np.maximum)
+    assert top == min(int(keys[ids].max()) for ids in plans)
+    want[:] = np.iinfo(np.int64).max // 2
+    for ids in plans:
+        np.minimum.at(want, ids, int(keys[ids].max()))
+    assert (top_through == want).all()
 
 
 def test_the_host_split_agrees_with_the_host_dp_on_larger_rigs():
     """7 distinct cards over 2 hosts x 40 layers: the exact host/idle DP still takes it, and the
     split's cut (solved by CP-SAT) must return its plan, ties and all."""
-    for seed, objective in itertools.product(range(3), ["time", "mass"]):
+    for seed, objective in itertools.product(range(2), ["time", "mass", "throughput"]):
         p = hosted(distinct_cards(seed, 7, 40, objective), [0, 0, 0, 1, 1, 1, 1])
         arcs = build_arcs(p, build_table(p))
         got = solve_pruned(arcs, Limits(workers=1), None, lambda a, lim, h: solve_cpsat(a, lim, hint=h))

@@ -416,6 +416,18 @@ def _threshold(chain: _Chain, values: np.ndarray, within: Callable[[Arcs, int], 
     return int(values[lo]), int(values[lo])
 
 
+def least_top_stage(arcs: Arcs, limits: Limits, hint: Solution | None) -> int | None:
+    """The throughput objective's first level alone: the smallest slowest-stage key of any plan,
+    proven; None when the deadline stops it or no plan exists (the whole solve then says which)."""
+    chain = _Chain(arcs, arcs, limits, np.arange(len(arcs)), limits.deadline(time.perf_counter()))
+    if hint is not None and hint.found:
+        chosen = plan_arcs(arcs, hint.gpus, hint.cuts)
+        if (chosen >= 0).all() and (arcs.host_limit is None or arcs.host[chosen].sum() <= arcs.host_limit):
+            chain.chosen = chosen
+    top, _ = _stage_level(chain)
+    return top if chain.proven else None
+
+
 def _stage_level(chain: _Chain) -> tuple[int | None, int | None]:
     """Throughput: the smallest max stage key of any plan (min-max, by bisection on a threshold).
 

@@ -28,7 +28,8 @@ import numpy as np
 from solver import hostsplit, lagrange
 from solver.arcs import Arcs, subset
 from solver.problem import MASS_SCALE
-from solver.solvers import Limits, Solution, plan_arcs
+from solver.solvers import Limits, Solution, plan_arcs, stage_key
+from solver.solvers.cpsat import least_top_stage
 
 #: The first cut's margin above the bound: this share of the bound's size, at least 10 tie keys.
 FIRST_MARGIN = 1e-4
@@ -37,9 +38,8 @@ Inner = Callable[[Arcs, Limits, Solution | None], Solution]
 
 
 def applies(arcs: Arcs) -> bool:
-    """Whether pruning by Lagrangian bounds is exact for this table: a free order using every GPU,
-    objective time or mass."""
-    return arcs.order == "auto" and not arcs.idle and arcs.objective in ("time", "mass") and len(arcs) > 0
+    """Whether pruning by bounds is exact for this table: a free order using every GPU."""
+    return arcs.order == "auto" and not arcs.idle and len(arcs) > 0
 
 
 def solve_pruned(arcs: Arcs, limits: Limits, hint: Solution | None, inner: Inner) -> Solution | None:
@@ -53,12 +53,22 @@ def solve_pruned(arcs: Arcs, limits: Limits, hint: Solution | None, inner: Inner
     t0 = time.perf_counter()
     if limits.started is None:  # one clock for every round
         limits = dataclasses.replace(limits, started=t0)
+    proven = None  # the objective's value, once settled (the throughput objective's slowest stage)
+    if arcs.objective == "throughput":
+        keys = stage_key(arcs)
+        top = _least_top(arcs, keys, limits, hint)
+        if top is None:
+            return None
+        if _value(arcs, keys, hint) is None or keys[_ids(arcs, hint)].max() > top:
+            hint = None
+        arcs = subset(arcs, keys <= top)  # every plan here is as fast as any; time decides among them
+        proven = top / 10**6
     if arcs.n_hosts > 1:
-        got = _split(arcs, limits, hint, inner, t0)
+        got = _split(arcs, limits, hint, inner, t0, proven)
         if got is not None:
             return got
     if arcs.objective != "mass":
-        return _rounds(arcs, arcs.time, arcs.time_cap, limits, hint, inner, t0)
+        return _rounds(arcs, arcs.time, arcs.time_cap, limits, hint, inner, t0, proven=proven)
     known = _value(arcs, -arcs.mass, hint)
     prices = lagrange.prices(arcs, -arcs.mass, known, limits.deadline(t0))
     if prices is None:
@@ -72,7 +82,19 @@ def solve_pruned(arcs: Arcs, limits: Limits, hint: Solution | None, inner: Inner
     return got
 
 
-def _split(arcs: Arcs, limits: Limits, hint: Solution | None, inner: Inner, t0: float) -> Solution | None:
+def _least_top(arcs: Arcs, keys: np.ndarray, limits: Limits, hint: Solution | None) -> int | None:
+    """The throughput objective's slowest stage key, proven: by the host split in the min-max
+    semiring where there are hosts, else CP-SAT's bisection (``least_top_stage``)."""
+    if arcs.n_hosts > 1:
+        split = hostsplit.exact_through(arcs, keys, np.maximum)
+        if split is not None:
+            return split[0]
+    return least_top_stage(arcs, limits, hint)
+
+
+def _split(
+    arcs: Arcs, limits: Limits, hint: Solution | None, inner: Inner, t0: float, proven: float | None
+) -> Solution | None:
     """Several hosts: cut at the optimum's tie set by the exact best plan through each arc
     (``solver.hostsplit``), one solve. None when the split's tables would be too large."""
     weight = -arcs.mass if arcs.objective == "mass" else arcs.time
@@ -82,12 +104,12 @@ def _split(arcs: Arcs, limits: Limits, hint: Solution | None, inner: Inner, t0: 
     best, through = split
     cut = best if arcs.objective == "mass" else arcs.time_cap(best)
     keep = through <= cut
-    got = inner(subset(arcs, keep), _clamped(limits, arcs, cut, best, None), hint)
+    got = inner(subset(arcs, keep), _clamped(limits, arcs, cut, best, proven), hint)
     info = {"pruned_arcs": int(keep.sum()), "rounds": 1, "split_by_host": True}
     info["wall_ms"] = (time.perf_counter() - t0) * 1e3
     if got.status in ("optimal", "infeasible"):
         return dataclasses.replace(got, info={**got.info, **info})
-    return _stopped(arcs, got, hint, cut, best, None, info)
+    return _stopped(arcs, got, hint, cut, best, proven, info)
 
 
 def _rounds(
@@ -100,12 +122,15 @@ def _rounds(
     t0: float,
     prices: lagrange.Prices | None = None,
     held: int | None = None,
+    proven: float | None = None,
 ) -> Solution | None:
     """Cut ``arcs`` by the Lagrangian bound on summed ``weight`` and solve, widening the cut until
     the answer's tie set (plans of summed weight up to ``edge(value)``) lies within it.
 
     ``held``: every answer must hold this mass (the mass objective's time level); a cut whose answer
-    holds less has lost those plans and widens. None when the bounds cannot be had."""
+    holds less has lost those plans and widens. ``proven``: the objective's settled value (held
+    mass, slowest stage ms), the bound a stopped answer reports. None when the bounds cannot be had."""
+    proven = held / MASS_SCALE if held is not None else proven
     known = _value(arcs, weight, hint)
     prices = prices or lagrange.prices(arcs, weight, known, limits.deadline(t0))
     if prices is None:
@@ -117,7 +142,7 @@ def _rounds(
         rounds += 1
         cut = prices.bound + margin if known is None else min(prices.bound + margin, edge(known))
         keep = through <= cut
-        got = inner(subset(arcs, keep), _clamped(limits, arcs, cut, prices.bound, held), hint)
+        got = inner(subset(arcs, keep), _clamped(limits, arcs, cut, prices.bound, proven), hint)
         lost = held is not None and got.found and int(arcs.mass[_ids(arcs, got)].sum()) < held
         if got.found and got.status == "optimal" and not lost:
             value = int(weight[_ids(arcs, got)].sum())
@@ -127,7 +152,7 @@ def _rounds(
                     prices, through = tighter, lagrange.through(arcs, weight, tighter)
                 cut, hint, rounds = edge(value), got, rounds + 1
                 keep = through <= cut
-                got = inner(subset(arcs, keep), _clamped(limits, arcs, cut, prices.bound, held), hint)
+                got = inner(subset(arcs, keep), _clamped(limits, arcs, cut, prices.bound, proven), hint)
         info = {"pruned_arcs": int(keep.sum()), "rounds": rounds, "lagrange_steps": prices.steps}
         info["wall_ms"] = (time.perf_counter() - t0) * 1e3
         if (got.status == "infeasible" or lost) and not keep.all():
@@ -135,7 +160,7 @@ def _rounds(
             continue
         if got.status in ("optimal", "infeasible"):
             return dataclasses.replace(got, info={**got.info, **info})
-        return _stopped(arcs, got, hint, cut, prices.bound, held, info)
+        return _stopped(arcs, got, hint, cut, prices.bound, proven, info)
 
 
 def _ids(arcs: Arcs, plan: Solution) -> np.ndarray:
@@ -152,12 +177,12 @@ def _value(arcs: Arcs, weight: np.ndarray, plan: Solution | None) -> int | None:
     return int(weight[ids].sum())
 
 
-def _global(arcs: Arcs, inner_bound: float | None, cut: int, lowest: int, held: int | None) -> float:
+def _global(arcs: Arcs, inner_bound: float | None, cut: int, lowest: int, proven: float | None) -> float:
     """A bound for the whole table from one the cut table proved: a plan outside the cut weighs more
     than ``cut``, and none weighs less than the Lagrangian ``lowest``. In the objective's units;
-    with ``held`` (the mass objective's time level) the held mass, proven already."""
-    if held is not None:
-        return held / MASS_SCALE
+    ``proven``: the objective's value, settled before the cut (then that is the bound)."""
+    if proven is not None:
+        return proven
     if arcs.objective == "mass":
         outside, best = -(cut + 1) / MASS_SCALE, -lowest / MASS_SCALE
         return best if inner_bound is None else min(best, max(inner_bound, outside))
@@ -165,25 +190,25 @@ def _global(arcs: Arcs, inner_bound: float | None, cut: int, lowest: int, held: 
     return best if inner_bound is None else max(best, min(inner_bound, outside))
 
 
-def _clamped(limits: Limits, arcs: Arcs, cut: int, lowest: int, held: int | None) -> Limits:
+def _clamped(limits: Limits, arcs: Arcs, cut: int, lowest: int, proven: float | None) -> Limits:
     """The limits with progress bounds made valid for the whole table (see ``_global``)."""
     report = limits.progress
     if report is None:
         return limits
 
     def progress(what: str, incumbent: float, bound: float) -> None:
-        report(what, incumbent, _global(arcs, bound, cut, lowest, held))
+        report(what, incumbent, _global(arcs, bound, cut, lowest, proven))
 
     return dataclasses.replace(limits, progress=progress)
 
 
 def _stopped(
-    arcs: Arcs, got: Solution, hint: Solution | None, cut: int, lowest: int, held: int | None, info: dict
+    arcs: Arcs, got: Solution, hint: Solution | None, cut: int, lowest: int, proven: float | None, info: dict
 ) -> Solution:
     """The time limit ran out: the best plan found (or the hint) as feasible, with a global bound."""
     info = {**got.info, **info}
     best = got if got.found else hint
     if best is None or not best.found:
         return dataclasses.replace(got, status="unknown", info=info)
-    bound = _global(arcs, got.bound if got.found else None, cut, lowest, held)
+    bound = _global(arcs, got.bound if got.found else None, cut, lowest, proven)
     return dataclasses.replace(best, name=got.name, status="feasible", bound=bound, info=info)
