@@ -137,13 +137,18 @@ def exact_on(arcs: Arcs, limits: Limits, hint: Solution | None) -> Solution:
 def pick_oracle(arcs: Arcs, solution: Solution) -> str:
     """Exhaustive where it is cheap, else the DP; a free order over more class-count states than the
     DP takes is beyond it, so there it checks the cuts for the GPU order the solver chose. Idle GPUs
-    or hosts in a free order: exhaustive where cheap, else none."""
+    or hosts in a free order: exhaustive where cheap, else the host/idle DP, else (hosts, every GPU
+    used) the DP in the chosen GPU order."""
     if arcs.subsets:
         if count_placements(arcs) <= EXHAUSTIVE_CHECK_LIMIT:
             return "exhaustive"
         if not covers(arcs):
             return "none"
-        return "cp-sat" if solution.name == "dp" else "dp"
+        if solution.name == "dp":
+            return "cp-sat"
+        if subset_steps(arcs) <= MAX_STEPS or arcs.idle or not solution.found:
+            return "dp"
+        return "dp in the chosen GPU order"
     if count_placements(arcs) <= EXHAUSTIVE_CHECK_LIMIT:
         return "exhaustive"
     if solution.name == "dp":
@@ -157,7 +162,10 @@ def _dp_in_order(arcs: Arcs, gpus: tuple[int, ...]) -> Solution:
     """The DP with the order fixed to ``gpus``: GPUs renumbered by stage, answers mapped back."""
     stage_of = np.empty(arcs.n_gpus, dtype=np.int64)
     stage_of[list(gpus)] = np.arange(arcs.n_gpus)
-    got = solve_dp(dataclasses.replace(arcs, gpu=stage_of[arcs.gpu], order="as-given", twins=[]))
+    hosts = arcs.hosts[list(gpus)]  # stage s runs on GPU gpus[s], on its host
+    got = solve_dp(
+        dataclasses.replace(arcs, gpu=stage_of[arcs.gpu], order="as-given", twins=[], gpu_host=hosts)
+    )
     return dataclasses.replace(got, gpus=tuple(gpus[s] for s in got.gpus))
 
 

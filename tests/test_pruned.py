@@ -15,7 +15,7 @@ from solver import hostsplit, lagrange, planner
 from solver.arcs import build_arcs
 from solver.engines import build_table
 from solver.planner import dp_hint, exact_on, plan_rig
-from solver.solvers import Limits, stage_key
+from solver.solvers import Limits, stage_key, subsetdp
 from solver.solvers.cpsat import solve_cpsat
 from solver.solvers.dp import solve_dp
 from solver.solvers.exhaustive import _orders, solve_exhaustive
@@ -184,3 +184,13 @@ def test_the_host_split_agrees_with_the_host_dp_on_larger_rigs():
         assert got.info["pruned_arcs"] < len(arcs) / 10
         want = solve_dp(arcs)
         assert (got.status, got.gpus, got.cuts) == (want.status, want.gpus, want.cuts)
+
+
+def test_check_confirms_a_host_split_plan_in_its_gpu_order(monkeypatch):
+    """--check beyond the host/idle DP (its size limit lowered here) replays the DP in the chosen order."""
+    monkeypatch.setattr(subsetdp, "MAX_STEPS", 10)
+    monkeypatch.setattr(planner, "MAX_STEPS", 10)
+    p = hosted(distinct_cards(5, 7, 40, "time"), [0, 0, 0, 1, 1, 1, 1])
+    r = plan_rig(p, Limits(workers=1), check=True)
+    assert r.status == "optimal" and r.solution.info.get("split_by_host")
+    assert r.oracle.name == "dp in the chosen GPU order" and r.oracle.agrees
