@@ -72,15 +72,18 @@ class Result:
 
 
 def dp_hint(arcs: Arcs) -> Solution | None:
-    """The DP's best plan in rig order: exact when the order is fixed, a start when it is free.
+    """The DP's best plan in rig order: exact when the order is fixed, a start when it is free (over
+    hosts, in rig order with each host's GPUs brought together, so its stages form one run).
 
-    None when there is none, or when the DP cannot answer under the host-memory limit, or when the
-    rig order may split a host's stages (a free order over hosts)."""
-    if arcs.order == "auto" and arcs.n_hosts > 1:
-        return None
-    fixed = arcs if arcs.order == "as-given" else dataclasses.replace(arcs, order="as-given", twins=[])
+    None when there is none, or when the DP cannot answer under the host-memory limit."""
     try:
-        sol = solve_dp(fixed)
+        if arcs.order == "auto" and arcs.n_hosts > 1:
+            sol = _dp_in_order(arcs, tuple(int(g) for g in np.argsort(arcs.hosts, kind="stable")))
+        else:
+            fixed = (
+                arcs if arcs.order == "as-given" else dataclasses.replace(arcs, order="as-given", twins=[])
+            )
+            sol = solve_dp(fixed)
     except TooLarge:
         return None
     return sol if sol.found else None
