@@ -35,21 +35,26 @@ def hosted(p, hosts: list[int] | None):
     )
 
 
-@st.composite
-def free_orders(draw: st.DrawFn):
-    """Small free-order rigs of every objective, sometimes with identical GPUs or several hosts."""
+def small_free_order(draw: st.DrawFn, objectives: list[str]):
+    """A small free-order rig (2-4 GPUs, sometimes two alike) of one of ``objectives``."""
     k = draw(st.integers(2, 4))
-    p = random_problem(
+    return random_problem(
         seed=draw(st.integers(0, 10**6)),
         n_layers=draw(st.integers(2 * k + 1, 9)),
         n_gpus=k,
         experts=draw(st.integers(1, 6)),
         order="auto",
-        objective=draw(st.sampled_from(["time", "mass", "throughput"])),
+        objective=draw(st.sampled_from(objectives)),
         tight=draw(st.floats(0.8, 2.0)),
         twins=draw(st.booleans()),
     )
-    hosts = draw(st.one_of(st.none(), st.lists(st.integers(0, 1), min_size=k, max_size=k)))
+
+
+@st.composite
+def free_orders(draw: st.DrawFn):
+    """Small free-order rigs of every objective, sometimes with identical GPUs or several hosts."""
+    p = small_free_order(draw, ["time", "mass", "throughput"])
+    hosts = draw(st.one_of(st.none(), st.lists(st.integers(0, 1), min_size=p.n_gpus, max_size=p.n_gpus)))
     return hosted(p, hosts)
 
 
@@ -133,17 +138,8 @@ def test_the_product_prunes_larger_free_orders_and_agrees_with_the_dp(monkeypatc
 @st.composite
 def hosted_free_orders(draw: st.DrawFn):
     """Small free-order rigs over two or three hosts, time or mass."""
-    k = draw(st.integers(2, 4))
-    p = random_problem(
-        seed=draw(st.integers(0, 10**6)),
-        n_layers=draw(st.integers(2 * k + 1, 9)),
-        n_gpus=k,
-        experts=draw(st.integers(1, 6)),
-        order="auto",
-        objective=draw(st.sampled_from(["time", "mass"])),
-        tight=draw(st.floats(0.8, 2.0)),
-        twins=draw(st.booleans()),
-    )
+    p = small_free_order(draw, ["time", "mass"])
+    k = p.n_gpus
     hosts = draw(st.lists(st.integers(0, 2), min_size=k, max_size=k).filter(lambda h: len(set(h)) > 1))
     return hosted(p, hosts)
 
