@@ -298,7 +298,7 @@ def _first(values: np.ndarray, ok, last_likely: bool = False) -> int:
     return int(values[lo])
 
 
-def _minimax(arcs: Arcs, weight: np.ndarray, allowed: np.ndarray) -> int:
+def path_minimax(arcs: Arcs, weight: np.ndarray, allowed: np.ndarray) -> int:
     """A lower bound on the smallest max ``weight`` of a plan on ``allowed`` arcs, from a k-stage
     path pass (exact with the order as given; a free order lets a GPU repeat)."""
     n, worst = arcs.n_layers, np.iinfo(np.int64).max
@@ -356,7 +356,7 @@ def solve_dp(arcs: Arcs, limits: Limits | None = None) -> Solution:
         plan = graph.best_plan(allowed)[2]  # a tied plan with that spare
     # the smallest bottleneck of a tied plan lies between a path bound and that of the plan found,
     # and on the rigs measured is most often that plan's own
-    low, high = _minimax(arcs, arcs.bottleneck, allowed), int(arcs.bottleneck[plan].max())
+    low, high = path_minimax(arcs, arcs.bottleneck, allowed), int(arcs.bottleneck[plan].max())
     values = np.unique(arcs.bottleneck[allowed & (arcs.bottleneck >= low) & (arcs.bottleneck <= high)])
     worst = _first(values, lambda b: tied(allowed & (arcs.bottleneck <= b)), last_likely=True)
     allowed &= arcs.bottleneck <= worst

@@ -30,9 +30,14 @@ from solver.arcs import Arcs, subset
 from solver.problem import MASS_SCALE
 from solver.solvers import Limits, Solution, plan_arcs, stage_key
 from solver.solvers.cpsat import least_top_stage
+from solver.solvers.dp import path_minimax
 
 #: The first cut's margin above the bound: this share of the bound's size, at least 10 tie keys.
 FIRST_MARGIN = 1e-4
+
+#: How fast a threshold check's cut widens when it holds no plan: any plan answers it, so fewer,
+#: wider rounds beat the time objective's careful fourfold steps.
+WIDEN_ANY = 64
 
 Inner = Callable[[Arcs, Limits, Solution | None], Solution]
 
@@ -56,7 +61,7 @@ def solve_pruned(arcs: Arcs, limits: Limits, hint: Solution | None, inner: Inner
     proven = None  # the objective's value, once settled (the throughput objective's slowest stage)
     if arcs.objective == "throughput":
         keys = stage_key(arcs)
-        top = _least_top(arcs, keys, limits, hint)
+        top = _least_top(arcs, keys, limits, hint, inner, t0)
         if top is None:
             return None
         if _value(arcs, keys, hint) is None or keys[_ids(arcs, hint)].max() > top:
@@ -82,14 +87,53 @@ def solve_pruned(arcs: Arcs, limits: Limits, hint: Solution | None, inner: Inner
     return got
 
 
-def _least_top(arcs: Arcs, keys: np.ndarray, limits: Limits, hint: Solution | None) -> int | None:
+def _least_top(
+    arcs: Arcs, keys: np.ndarray, limits: Limits, hint: Solution | None, inner: Inner, t0: float
+) -> int | None:
     """The throughput objective's slowest stage key, proven: by the host split in the min-max
-    semiring where there are hosts, else CP-SAT's bisection (``least_top_stage``)."""
+    semiring where there are hosts, else by bisection on a threshold whose checks are cut solves
+    (``_within``), else CP-SAT's bisection (``least_top_stage``)."""
     if arcs.n_hosts > 1:
         split = hostsplit.exact_through(arcs, keys, np.maximum)
         if split is not None:
             return split[0]
-    return least_top_stage(arcs, limits, hint)
+    values = np.unique(keys)
+    lo = int(np.searchsorted(values, path_minimax(arcs, keys, np.ones(len(arcs), dtype=bool))))
+    plan = (
+        hint
+        if _value(arcs, keys, hint) is not None
+        else _within(arcs, keys, int(values[-1]), limits, inner, t0)
+    )
+    if plan is None:
+        return least_top_stage(arcs, limits, hint)
+    if not plan.found:
+        return None  # no plan at all: the whole solve says why
+    hi = int(np.searchsorted(values, keys[_ids(arcs, plan)].max()))
+    while lo < hi:  # a plan found within a threshold lowers the top to its own slowest stage
+        mid = (lo + hi) // 2
+        got = _within(arcs, keys, int(values[mid]), limits, inner, t0)
+        if got is None:
+            return least_top_stage(arcs, limits, hint)
+        if got.found:
+            hi = int(np.searchsorted(values, keys[_ids(arcs, got)].max()))
+        else:
+            lo = mid + 1
+    return int(values[lo])
+
+
+def _within(
+    arcs: Arcs, keys: np.ndarray, top: int, limits: Limits, inner: Inner, t0: float
+) -> Solution | None:
+    """A plan whose slowest stage key is at most ``top`` (the fastest such by time, found by cut
+    rounds, which find plans far faster than a feasibility solve), an "infeasible" Solution if none,
+    or None when that cannot be told (the deadline, or bounds out of reach)."""
+    sub = dataclasses.replace(subset(arcs, keys <= top), objective="time")
+    if not len(sub) or path_minimax(sub, keys[keys <= top], np.ones(len(sub), dtype=bool)) > top:
+        return Solution("cut", "infeasible")  # not even a relaxed path of k arcs
+    got = _rounds(sub, sub.time, sub.time_cap, limits, None, inner, t0, widen=WIDEN_ANY)
+    if got is None or got.status not in ("optimal", "infeasible"):
+        return None
+    return got
 
 
 def _split(
@@ -123,13 +167,15 @@ def _rounds(
     prices: lagrange.Prices | None = None,
     held: int | None = None,
     proven: float | None = None,
+    widen: int = 4,
 ) -> Solution | None:
     """Cut ``arcs`` by the Lagrangian bound on summed ``weight`` and solve, widening the cut until
     the answer's tie set (plans of summed weight up to ``edge(value)``) lies within it.
 
     ``held``: every answer must hold this mass (the mass objective's time level); a cut whose answer
-    holds less has lost those plans and widens. ``proven``: the objective's settled value (held
-    mass, slowest stage ms), the bound a stopped answer reports. None when the bounds cannot be had."""
+    holds less has lost those plans and widens (``widen``-fold). ``proven``: the objective's settled
+    value (held mass, slowest stage ms), the bound a stopped answer reports. None when the bounds
+    cannot be had."""
     proven = held / MASS_SCALE if held is not None else proven
     known = _value(arcs, weight, hint)
     prices = prices or lagrange.prices(arcs, weight, known, limits.deadline(t0))
@@ -156,7 +202,7 @@ def _rounds(
         info = {"pruned_arcs": int(keep.sum()), "rounds": rounds, "lagrange_steps": prices.steps}
         info["wall_ms"] = (time.perf_counter() - t0) * 1e3
         if (got.status == "infeasible" or lost) and not keep.all():
-            margin *= 4  # nothing good enough within the cut: widen it
+            margin *= widen  # nothing good enough within the cut: widen it
             continue
         if got.status in ("optimal", "infeasible"):
             return dataclasses.replace(got, info={**got.info, **info})
