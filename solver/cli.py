@@ -203,7 +203,7 @@ def plan_cmd(
 ) -> None:
     """Plan RIG: choose the cuts (and GPU order) that minimise the decode window."""
     started = time.perf_counter()  # --time-limit counts from here: reading the files counts too
-    from solver.planner import check_solvable, plan_rig
+    from solver.planner import plan_rig
     from solver.report import print_report, to_json
 
     try:
@@ -212,7 +212,6 @@ def plan_cmd(
 
             check_plot_file(plot, shown_path(plot))
         problem = load_problem(rig, Overrides(model, profile, objective, order, context, engine, idle_gpus))
-        check_solvable(problem, shown_path(rig))
         refused = check_export_engine(export, problem.engine) if export else None
         if refused:
             raise InputError(shown_path(rig), f"--export {export}: {refused}")

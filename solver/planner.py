@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,17 +18,16 @@ import numpy as np
 from solver.arcs import Arcs, build_arcs
 from solver.baselines import Baseline, engine_baseline
 from solver.engines import build_table
-from solver.errors import InputError
 from solver.infeasible import explain
 from solver.plan import Placement, bounds_ok, evaluate, feasible
 from solver.problem import Problem
 from solver.solvers import Limits, Solution, TooLarge
-from solver.solvers.cpsat import covers, solve_cpsat
+from solver.solvers.cpsat import solve_cpsat
 from solver.solvers.dp import MAX_STATES_FREE_ORDER, dp_states, solve_dp
 from solver.solvers.exhaustive import count_placements, solve_exhaustive
 from solver.solvers.proportional import solve_proportional
 from solver.solvers.pruned import applies, solve_pruned
-from solver.solvers.subsetdp import MAX_STEPS, forced_times, subset_steps, subset_steps_for
+from solver.solvers.subsetdp import MAX_STEPS, forced_times, subset_steps
 
 EXHAUSTIVE_CHECK_LIMIT = 200_000
 #: The DP answers first when its states times (L+1)^2 boundary pairs stay within this: a free order
@@ -97,18 +95,13 @@ def dp_work(arcs: Arcs) -> int:
 def solve_plan(arcs: Arcs, limits: Limits) -> Solution:
     """The product's answer: the exact DP where it is cheap, else CP-SAT hinted by the DP.
 
-    Idle GPUs or a free order over hosts (SPEC 8): the host/idle DP, or exhaustive enumeration
-    where a host-memory limit breaks the DP's optimum; check_solvable refuses bigger rigs up front."""
+    Idle GPUs or a free order over hosts (SPEC 8): the host/idle DP, else (its size, or a
+    host-memory limit its optimum breaks) the cut solve or CP-SAT."""
     if arcs.subsets:
         try:
             return solve_dp(arcs, limits)
-        except TooLarge as exc:  # the host-memory limit, or its size
-            if covers(arcs):
-                return _pruned_or_cpsat(arcs, limits, dp_hint(arcs))
-            try:
-                return solve_exhaustive(arcs)
-            except TooLarge:
-                return Solution("dp", "unknown", info={"reason": str(exc)})
+        except TooLarge:
+            return _pruned_or_cpsat(arcs, limits, dp_hint(arcs))
     if dp_work(arcs) <= DP_FIRST_WORK:
         try:
             return solve_dp(arcs)
@@ -145,8 +138,6 @@ def pick_oracle(arcs: Arcs, solution: Solution) -> str:
     if arcs.subsets:
         if count_placements(arcs) <= EXHAUSTIVE_CHECK_LIMIT:
             return "exhaustive"
-        if not covers(arcs):
-            return "none"
         if solution.name == "dp":
             return "cp-sat"
         if subset_steps(arcs) <= MAX_STEPS or arcs.idle or not solution.found:
@@ -180,8 +171,6 @@ def run_oracle(p: Problem, arcs: Arcs, solution: Solution, limits: Limits) -> Or
             got = solve_exhaustive(arcs)
         elif name == "dp":
             got = solve_dp(arcs)
-        elif name == "none":
-            raise TooLarge("no independent solver takes this rig")
         elif name == "cp-sat":  # proves every level itself; the DP's plan only guides its search
             got = solve_cpsat(arcs, limits, hint=dp_hint(arcs))
         else:
@@ -194,27 +183,6 @@ def run_oracle(p: Problem, arcs: Arcs, solution: Solution, limits: Limits) -> Or
     else:  # one side stopped by the time limit: both must have a plan
         agrees = got.found and solution.found
     return Oracle(name, got.status, plan, agrees, got.info.get("wall_ms", 0.0))
-
-
-def check_solvable(p: Problem, shown: str) -> None:
-    """InputError for a free order with idle GPUs over hosts whose network hop differs from the
-    hand-off, beyond the host/idle DP's size.
-
-    No exact solver takes those (CP-SAT's model does not price host entries), and a wrong plan is
-    worse than none."""
-    hosts = len(set(p.hosts.tolist()))
-    if p.order == "as-given" or not p.idle_gpus or hosts == 1 or p.network_ms == p.handoff_ms:
-        return
-    per_gpu = zip(p.free, p.reserve, p.layer_ms, p.min_layers, p.max_layers, p.hosts, strict=True)
-    keys = [tuple(float(v) for v in gpu) for gpu in per_gpu]
-    steps = subset_steps_for(p.order, list(Counter(keys).values()), hosts)  # alike GPUs share a class
-    if steps > MAX_STEPS:
-        raise InputError(
-            shown,
-            f"order: auto with idle GPUs over {p.n_gpus} GPUs on {hosts} hosts is beyond the exact "
-            f"solvers ({steps:,} DP transitions, at most {MAX_STEPS:,}); use order: as-given, fewer "
-            "GPUs, or network_handoff_ms equal to handoff_ms",
-        )
 
 
 def plan_rig(p: Problem, limits: Limits | None = None, check: bool = False) -> Result:

@@ -28,7 +28,7 @@ from ortools.sat.python import cp_model
 
 from solver.arcs import Arcs, best_through, subset
 from solver.problem import MASS_SCALE
-from solver.solvers import Limits, Solution, TooLarge, plan_arcs, relaxed_bound, stage_key
+from solver.solvers import Limits, Solution, plan_arcs, relaxed_bound, stage_key
 
 Fix = Callable[[cp_model.CpModel, list, Arcs], None]
 Objective = Callable[[cp_model.CpModel, list, Arcs], cp_model.LinearExpr | np.ndarray]
@@ -81,14 +81,44 @@ def _build(arcs: Arcs) -> tuple[cp_model.CpModel, list]:
                         m.add(cp_model.LinearExpr.sum(into) <= cp_model.LinearExpr.sum(later))
         for i, j in arcs.twins:
             _twin_order(m, xs, arcs, by_gpu[i], by_gpu[j])
-        if arcs.n_hosts > 1 and arcs.order == "auto":
-            _host_runs(m, xs, arcs)
+        if arcs.n_hosts > 1 and (arcs.order == "auto" or _priced(arcs)):
+            m.entries = _host_runs(m, xs, arcs)  # priced in every time sum where _priced
     return m, x
 
 
-def covers(arcs: Arcs) -> bool:
-    """Whether the model is exact for this table: all but idle GPUs with priced host entries."""
-    return not (arcs.idle and arcs.entry_units != 0)
+def _priced(arcs: Arcs) -> bool:
+    """Whether a plan's time holds ``entry_units`` per host run beyond its arcs: idle GPUs over hosts
+    whose network hop differs from the hand-off (see ``solver.arcs``)."""
+    return arcs.idle and arcs.entry_units != 0 and arcs.n_hosts > 1
+
+
+def _time(m: cp_model.CpModel, x: list, a: Arcs) -> np.ndarray | cp_model.LinearExpr:
+    """A plan's summed time: its arcs', plus ``entry_units`` per host entry where those are priced."""
+    if not _priced(a):
+        return a.time
+    entries = cp_model.LinearExpr.sum(m.entries)
+    return cp_model.LinearExpr.weighted_sum(x, a.time.tolist()) + a.entry_units * entries
+
+
+def _bound_time(m: cp_model.CpModel, a: Arcs, hi: int) -> None:
+    """Constraint: a plan's summed time (``_time``) is at most ``hi``."""
+    extra = [(e.index, a.entry_units) for e in m.entries] if _priced(a) else []
+    _bound_total(m, a.time, cp_model.INT_MIN, hi, extra)
+
+
+def _plan_time(arcs: Arcs, plan: np.ndarray) -> int:
+    """``_time`` of a plan given as arc numbers: its host runs counted in stage order."""
+    total = int(arcs.time[plan].sum())
+    if _priced(arcs):
+        hosts = arcs.hosts[arcs.gpu[plan[np.argsort(arcs.start[plan])]]]
+        total += arcs.entry_units * int(1 + np.count_nonzero(hosts[1:] != hosts[:-1]))
+    return total
+
+
+def _time_slack(arcs: Arcs) -> int:
+    """How far a plan's arc time alone may exceed its ``_time``: entries that pay back (a network hop
+    cheaper than the hand-off) at most once per host."""
+    return max(0, -arcs.entry_units) * arcs.n_hosts if _priced(arcs) else 0
 
 
 def _prune(chain: _Chain, weight: Callable[[Arcs], np.ndarray], sense: str, limit: int) -> None:
@@ -118,11 +148,13 @@ def _through_any(arcs: Arcs, weight: np.ndarray, sense: str) -> np.ndarray:
     return np.where(dead, worst, fwd[arcs.start] + weight + bwd[arcs.end])
 
 
-def _host_runs(m: cp_model.CpModel, xs: np.ndarray, arcs: Arcs) -> None:
+def _host_runs(m: cp_model.CpModel, xs: np.ndarray, arcs: Arcs) -> list:
     """SPEC 8: each host's stages are one run. The run of host h enters at boundary p when an arc of h
     starts there and none of h ends there: e_h(p) = s_h(p) AND NOT t_h(p), linearised exactly
-    (e >= s - t, e <= s, e <= 1 - t, with s and t 0/1 sums), and at most one entry per host."""
+    (e >= s - t, e <= s, e <= 1 - t, with s and t 0/1 sums), and at most one entry per host.
+    Returns every entry variable (their count is the plan's host runs)."""
     host = arcs.hosts[arcs.gpu]
+    every = []
     for h in range(arcs.n_hosts):
         entries = []
         for p in range(arcs.n_layers):
@@ -137,6 +169,8 @@ def _host_runs(m: cp_model.CpModel, xs: np.ndarray, arcs: Arcs) -> None:
             m.add(e <= 1 - t)
             entries.append(e)
         m.add(cp_model.LinearExpr.sum(entries) <= 1)
+        every += entries
+    return every
 
 
 def _twin_order(
@@ -180,11 +214,17 @@ def _set_total(m: cp_model.CpModel, coeffs: np.ndarray, sense: str) -> None:
         obj.scaling_factor = -1
 
 
-def _bound_total(m: cp_model.CpModel, coeffs: np.ndarray, lo: int, hi: int) -> None:
-    """Constraint ``lo <= sum coeffs[i] * x[i] <= hi``, written straight into the proto."""
+def _bound_total(
+    m: cp_model.CpModel, coeffs: np.ndarray, lo: int, hi: int, extra: list[tuple[int, int]] = ()
+) -> None:
+    """Constraint ``lo <= sum coeffs[i] * x[i] (+ the ``extra`` (variable, coefficient) terms) <= hi``,
+    written straight into the proto."""
     linear = m.proto.constraints.add().linear
     linear.vars.extend(range(len(coeffs)))
     linear.coeffs.extend(coeffs.tolist())
+    for var, coeff in extra:
+        linear.vars.append(var)
+        linear.coeffs.append(coeff)
     linear.domain.extend([lo, hi])
 
 
@@ -296,11 +336,9 @@ def solve_cpsat(arcs: Arcs, limits: Limits | None = None, hint: Solution | None 
     SPEC 8: idle GPUs make each GPU's arcs at most one (as given, a stage's successor runs on a later
     GPU); host runs in a free order are constraints (``_host_runs``). With idle GPUs the arc bounds
     of ``best_through`` and ``relaxed_bound`` count exactly k stages, so arcs are pruned by the best
-    path over any arcs instead (``_through_any``), and no relaxed bound is reported. TooLarge
-    when idle GPUs meet hosts whose network hop differs from the hand-off: each host entry would cost
-    time outside the arcs (``solver.solvers.subsetdp`` answers those)."""
-    if not covers(arcs):
-        raise TooLarge("the CP-SAT model does not price host entries when GPUs may be idle")
+    path over any arcs instead (``_through_any``), and no relaxed bound is reported. When idle GPUs
+    meet hosts whose network hop differs from the hand-off, each host entry costs time outside the
+    arcs: the entry indicators of ``_host_runs`` carry it in every time sum (``_time``)."""
     t0 = time.perf_counter()
     limits = limits or Limits()
     deadline = limits.deadline(t0)
@@ -329,16 +367,16 @@ def solve_cpsat(arcs: Arcs, limits: Limits | None = None, hint: Solution | None 
         bound = (top if done else lowest) / 10**6 if lowest is not None else None
     if done:
         if chain.chosen is not None and arcs.objective in ("time", "throughput"):
-            cap = arcs.time_cap(int(arcs.time[chain.chosen].sum()))
-            _prune(chain, lambda a: a.time, "min", cap)
+            cap = arcs.time_cap(_plan_time(arcs, chain.chosen))
+            _prune(chain, lambda a: a.time, "min", cap + _time_slack(arcs))
         best_time = _time_level(chain, progress=arcs.objective == "time")
         done = best_time is not None
         if arcs.objective == "time":
             bound = arcs.window_ms(best_time) if done else _ms(arcs, chain.bound)
         if done:
             cap = arcs.time_cap(best_time)
-            chain.fixes.append(lambda m, x, a, v=cap: _bound_total(m, a.time, cp_model.INT_MIN, v))
-            _prune(chain, lambda a: a.time, "min", cap)
+            chain.fixes.append(lambda m, x, a, v=cap: _bound_time(m, a, v))
+            _prune(chain, lambda a: a.time, "min", cap + _time_slack(arcs))
     done = done and _spare_level(chain) and _tie_breaks(chain)
     info = {"wall_ms": (time.perf_counter() - t0) * 1e3, "solves": chain.solves, "arcs_left": len(chain.arcs)}
     if chain.chosen is None:
@@ -360,7 +398,7 @@ def _time_level(chain: _Chain, progress: bool) -> int | None:
     """
     a = chain.root
     while True:
-        state, value = chain.solve(lambda m, x, a: a.time, "min", progress, gap=a.coarse - 1)
+        state, value = chain.solve(_time, "min", progress, gap=a.coarse - 1)
         if state == "infeasible":
             chain.proven = chain.chosen is None
         if state != "optimal":
@@ -369,7 +407,7 @@ def _time_level(chain: _Chain, progress: bool) -> int | None:
         if abs(bound) < 2**52 and a.time_key(math.ceil(bound)) >= a.time_key(value):
             return value
         below = a.time_cap(value) - a.coarse  # the largest summed time of a key one smaller
-        chain.fixes.append(lambda m, x, arcs, v=below: _bound_total(m, arcs.time, cp_model.INT_MIN, v))
+        chain.fixes.append(lambda m, x, arcs, v=below: _bound_time(m, arcs, v))
         state = _feasible(chain, np.ones(len(chain.arcs), dtype=bool))
         chain.fixes.pop()
         if state == "infeasible":
