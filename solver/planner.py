@@ -22,7 +22,7 @@ from solver.infeasible import explain
 from solver.plan import Placement, bounds_ok, evaluate, feasible
 from solver.problem import Problem
 from solver.solvers import Limits, Solution, TooLarge
-from solver.solvers.cpsat import solve_cpsat
+from solver.solvers.cpsat import forced_time, solve_cpsat
 from solver.solvers.dp import MAX_STATES_FREE_ORDER, dp_states, solve_dp
 from solver.solvers.exhaustive import count_placements, solve_exhaustive
 from solver.solvers.proportional import solve_proportional
@@ -30,6 +30,8 @@ from solver.solvers.pruned import applies, solve_pruned
 from solver.solvers.subsetdp import MAX_STEPS, forced_times, subset_steps
 
 EXHAUSTIVE_CHECK_LIMIT = 200_000
+#: Seconds the report may spend pricing idle GPUs beyond the host/idle DP (CP-SAT, one per GPU).
+IDLE_COST_S = 5.0
 #: The DP answers first when its states times (L+1)^2 boundary pairs stay within this: a free order
 #: over 10 distinct GPUs and 130 layers is 17.6 million, and its DP takes 1-4 s here by objective.
 DP_FIRST_WORK = 20_000_000
@@ -215,7 +217,7 @@ def plan_rig(p: Problem, limits: Limits | None = None, check: bool = False) -> R
     elif status == "unknown":
         result.reason = "the time limit ran out before any placement was found; allow more time"
     if plan is not None and len(plan.gpus) < p.n_gpus:
-        result.idle_cost_ms = idle_report(arcs, plan)
+        result.idle_cost_ms = idle_report(arcs, plan, limits)
     if check:
         result.oracle = run_oracle(p, arcs, solution, limits)
     return result
@@ -230,9 +232,19 @@ def idle_costs(arcs: Arcs, plan: Placement) -> dict[int, float | None]:
     return {g: None if t is None else round(arcs.window_ms(t) - plan.window_ms, 6) for g, t in forced.items()}
 
 
-def idle_report(arcs: Arcs, plan: Placement) -> dict[int, float | None] | None:
-    """``idle_costs`` where the host/idle DP takes the rig (a free order of up to about 9 GPUs); else
-    None: not computed."""
-    if subset_steps(arcs) > MAX_STEPS:
-        return None
-    return idle_costs(arcs, plan)
+def idle_report(arcs: Arcs, plan: Placement, limits: Limits) -> dict[int, float | None] | None:
+    """``idle_costs`` where the host/idle DP takes the rig (a free order of up to about 9 GPUs), else
+    by one CP-SAT chain per idle GPU, all within IDLE_COST_S seconds and what is left of the time
+    limit; None: not computed (a solve cut short)."""
+    if subset_steps(arcs) <= MAX_STEPS:
+        return idle_costs(arcs, plan)
+    now = time.perf_counter()
+    end = min(limits.deadline(now) or np.inf, now + IDLE_COST_S)
+    limits = dataclasses.replace(limits, started=now, time_limit=end - now)
+    out: dict[int, float | None] = {}
+    for g in sorted(set(range(arcs.n_gpus)) - set(plan.gpus)):
+        proven, best = forced_time(arcs, g, limits)
+        if not proven:
+            return None
+        out[g] = None if best is None else round(arcs.window_ms(best) - plan.window_ms, 6)
+    return out

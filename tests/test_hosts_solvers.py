@@ -31,15 +31,17 @@ from factory import random_problem
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from solver import planner
 from solver.arcs import build_arcs
 from solver.engines import build_table
 from solver.plan import evaluate, feasible
 from solver.planner import plan_rig
 from solver.problem import Problem
 from solver.solvers import Limits, Solution
-from solver.solvers.cpsat import solve_cpsat
+from solver.solvers.cpsat import forced_time, solve_cpsat
 from solver.solvers.dp import solve_dp
 from solver.solvers.exhaustive import solve_exhaustive
+from solver.solvers.subsetdp import forced_times
 
 
 def with_hosts(p: Problem, hosts: list[int], network_ms: float, idle: bool) -> Problem:
@@ -275,3 +277,43 @@ def cpsat_descents_only(arcs) -> Solution:
         return solve_cpsat(arcs, Limits(workers=1))
     finally:
         cpsat.MAX_TIES = saved
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 10**6),
+    k=st.integers(2, 4),
+    order=st.sampled_from(["as-given", "auto"]),
+    objective=st.sampled_from(["time", "mass"]),
+    network_ms=st.sampled_from([0.0, 0.5, 4.0]),
+    data=st.data(),
+)
+def test_cpsat_prices_what_an_idle_gpu_would_cost_as_the_dp(seed, k, order, objective, network_ms, data):
+    """Beyond the host/idle DP the report's idle costs come from CP-SAT forced to use the GPU: on small
+    rigs both give the same best plan's time, to its whole 1e-6 ms, or both find none."""
+    p = random_problem(seed, n_layers=7, n_gpus=k, order=order, objective=objective, tight=1.0)
+    hosts = data.draw(st.lists(st.integers(0, 1), min_size=k, max_size=k))
+    p = with_hosts(p, sorted(hosts) if order == "as-given" else hosts, network_ms, idle=True)
+    arcs = build_arcs(p, build_table(p))
+    if not len(arcs):
+        return
+    want = forced_times(arcs, list(range(k)))
+    for g in range(k):
+        proven, got = forced_time(arcs, g, Limits(workers=1))
+        assert proven
+        assert (got is None) == (want[g] is None)
+        if got is not None:
+            assert arcs.time_key(got) == arcs.time_key(want[g])
+
+
+def test_idle_costs_beyond_the_dp_come_from_cpsat(monkeypatch):
+    """The idle-cost figures with the host/idle DP's size limit lowered equal the DP's own."""
+    p = with_hosts(random_problem(11, n_layers=8, n_gpus=4, order="auto", tight=2.0), [0, 0, 1, 1], 2.0, True)
+    p = dataclasses.replace(p, layer_ms=np.array([0.5, 0.75, 1.0, 9.0]))  # the last card is too slow to use
+    by_dp = plan_rig(p, Limits(workers=1))
+    assert by_dp.idle_cost_ms
+    monkeypatch.setattr(planner, "MAX_STEPS", 0)
+    by_cpsat = plan_rig(p, Limits(workers=1))
+    assert by_cpsat.idle_cost_ms.keys() == by_dp.idle_cost_ms.keys()
+    for g, cost in by_dp.idle_cost_ms.items():
+        assert by_cpsat.idle_cost_ms[g] == pytest.approx(cost, abs=2e-6)

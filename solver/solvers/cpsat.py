@@ -454,6 +454,26 @@ def _threshold(chain: _Chain, values: np.ndarray, within: Callable[[Arcs, int], 
     return int(values[lo]), int(values[lo])
 
 
+def forced_time(arcs: Arcs, g: int, limits: Limits) -> tuple[bool, int | None]:
+    """(proven, the summed time of the best plan that uses GPU ``g``), entries included, plans ranked
+    by (mass, time) as the objective's first level ranks them; None: no plan uses it. The same
+    figure as ``solver.solvers.subsetdp.forced_times``, for rigs beyond that DP; not proven when the
+    deadline stops it."""
+    chain = _Chain(arcs, arcs, limits, np.arange(len(arcs)), limits.deadline(time.perf_counter()))
+
+    def use(m: cp_model.CpModel, x: list, a: Arcs) -> None:
+        m.add(cp_model.LinearExpr.sum([x[i] for i in np.flatnonzero(a.gpu == g)]) == 1)
+
+    chain.fixes.append(use)
+    if arcs.objective == "mass":
+        state, most = chain.solve(lambda m, x, a: a.mass, "max")
+        if state != "optimal":
+            return state == "infeasible", None
+        chain.fixes.append(lambda m, x, a, v=most: _bound_total(m, a.mass, v, cp_model.INT_MAX))
+    best = _time_level(chain, progress=False)
+    return chain.proven, best
+
+
 def least_top_stage(arcs: Arcs, limits: Limits, hint: Solution | None) -> int | None:
     """The throughput objective's first level alone: the smallest slowest-stage key of any plan,
     proven; None when the deadline stops it or no plan exists (the whole solve then says which)."""
