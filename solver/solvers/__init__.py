@@ -82,6 +82,17 @@ def plan_arcs(arcs: Arcs, gpus: tuple[int, ...], cuts: tuple[int, ...]) -> np.nd
     return np.array([arc(g, bounds[s], bounds[s + 1]) for s, g in enumerate(gpus)], dtype=np.int64)
 
 
+def usable(arcs: Arcs, plan: Solution | None) -> np.ndarray | None:
+    """A plan's arc numbers when it is a plan of this table within the host-memory limit, else None:
+    what may stand as an incumbent or a known value, whose value then prunes arcs."""
+    if plan is None or not plan.found:
+        return None
+    ids = plan_arcs(arcs, plan.gpus, plan.cuts)
+    if (ids < 0).any() or (arcs.host_limit is not None and arcs.host[ids].sum() > arcs.host_limit):
+        return None
+    return ids
+
+
 def plan_score(arcs: Arcs, gpus: tuple[int, ...], cuts: tuple[int, ...]) -> tuple[int, int, int] | None:
     """(mass, time, bottleneck) of a plan in table units, or None if a stage is not an arc."""
     ids = plan_arcs(arcs, gpus, cuts)

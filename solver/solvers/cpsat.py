@@ -28,7 +28,7 @@ from ortools.sat.python import cp_model
 
 from solver.arcs import Arcs, best_through, subset
 from solver.problem import MASS_SCALE
-from solver.solvers import Limits, Solution, plan_arcs, relaxed_bound, stage_key
+from solver.solvers import Limits, Solution, relaxed_bound, stage_key, usable
 
 Fix = Callable[[cp_model.CpModel, list, Arcs], None]
 Objective = Callable[[cp_model.CpModel, list, Arcs], cp_model.LinearExpr | np.ndarray]
@@ -330,6 +330,14 @@ class _Chain:
         return value
 
 
+def _start(arcs: Arcs, limits: Limits, hint: Solution | None, t0: float) -> _Chain:
+    """A chain over the whole table, the hint its incumbent where it is a usable plan (an incumbent
+    prunes arcs by its value, so it must keep the host-memory limit)."""
+    chain = _Chain(arcs, arcs, limits, np.arange(len(arcs)), limits.deadline(t0))
+    chain.chosen = usable(arcs, hint)
+    return chain
+
+
 def solve_cpsat(arcs: Arcs, limits: Limits | None = None, hint: Solution | None = None) -> Solution:
     """The exact plan by CP-SAT, or the best found when ``limits.time_limit`` stops the proof.
 
@@ -341,13 +349,7 @@ def solve_cpsat(arcs: Arcs, limits: Limits | None = None, hint: Solution | None 
     arcs: the entry indicators of ``_host_runs`` carry it in every time sum (``_time``)."""
     t0 = time.perf_counter()
     limits = limits or Limits()
-    deadline = limits.deadline(t0)
-    chain = _Chain(arcs, arcs, limits, np.arange(len(arcs)), deadline)
-    if hint is not None and hint.found:
-        chosen = plan_arcs(arcs, hint.gpus, hint.cuts)
-        # an incumbent prunes arcs by its value, so it must be a plan within the host-memory limit
-        if (chosen >= 0).all() and (arcs.host_limit is None or arcs.host[chosen].sum() <= arcs.host_limit):
-            chain.chosen = chosen
+    chain = _start(arcs, limits, hint, t0)
     bound = None
     done = len(arcs) > 0
     if done and arcs.objective == "mass":
@@ -459,7 +461,7 @@ def forced_time(arcs: Arcs, g: int, limits: Limits) -> tuple[bool, int | None]:
     by (mass, time) as the objective's first level ranks them; None: no plan uses it. The same
     figure as ``solver.solvers.subsetdp.forced_times``, for rigs beyond that DP; not proven when the
     deadline stops it."""
-    chain = _Chain(arcs, arcs, limits, np.arange(len(arcs)), limits.deadline(time.perf_counter()))
+    chain = _start(arcs, limits, None, time.perf_counter())
 
     def use(m: cp_model.CpModel, x: list, a: Arcs) -> None:
         m.add(cp_model.LinearExpr.sum([x[i] for i in np.flatnonzero(a.gpu == g)]) == 1)
@@ -477,11 +479,7 @@ def forced_time(arcs: Arcs, g: int, limits: Limits) -> tuple[bool, int | None]:
 def least_top_stage(arcs: Arcs, limits: Limits, hint: Solution | None) -> int | None:
     """The throughput objective's first level alone: the smallest slowest-stage key of any plan,
     proven; None when the deadline stops it or no plan exists (the whole solve then says which)."""
-    chain = _Chain(arcs, arcs, limits, np.arange(len(arcs)), limits.deadline(time.perf_counter()))
-    if hint is not None and hint.found:
-        chosen = plan_arcs(arcs, hint.gpus, hint.cuts)
-        if (chosen >= 0).all() and (arcs.host_limit is None or arcs.host[chosen].sum() <= arcs.host_limit):
-            chain.chosen = chosen
+    chain = _start(arcs, limits, hint, time.perf_counter())
     top, _ = _stage_level(chain)
     return top if chain.proven else None
 

@@ -14,7 +14,9 @@ rounds:
 On the sweep's 16 different cards x 128 layers this keeps 725 of 127,200 arcs and proves the
 optimum in under 3 s, where CP-SAT on the whole table took 53 s. The exact solver on the cut table
 is the DP where its class-count states are few, else CP-SAT; both run the whole tie-break chain.
-The throughput objective (min-max first) and idle GPUs are not pruned this way (None).
+Over several hosts the exact host split (``solver.hostsplit``) cuts instead, in one solve. The
+throughput objective settles its slowest stage first, then cuts by time among the arcs within it.
+Idle GPUs are not pruned this way (``applies``).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import numpy as np
 from solver import hostsplit, lagrange
 from solver.arcs import Arcs, subset
 from solver.problem import MASS_SCALE
-from solver.solvers import Limits, Solution, plan_arcs, stage_key
+from solver.solvers import Limits, Solution, plan_arcs, stage_key, usable
 from solver.solvers.cpsat import least_top_stage
 from solver.solvers.dp import path_minimax
 
@@ -64,7 +66,8 @@ def solve_pruned(arcs: Arcs, limits: Limits, hint: Solution | None, inner: Inner
         top = _least_top(arcs, keys, limits, hint, inner, t0)
         if top is None:
             return None
-        if _value(arcs, keys, hint) is None or keys[_ids(arcs, hint)].max() > top:
+        ids = usable(arcs, hint)
+        if ids is None or keys[ids].max() > top:
             hint = None
         arcs = subset(arcs, keys <= top)  # every plan here is as fast as any; time decides among them
         proven = top / 10**6
@@ -99,11 +102,7 @@ def _least_top(
             return split[0]
     values = np.unique(keys)
     lo = int(np.searchsorted(values, path_minimax(arcs, keys, np.ones(len(arcs), dtype=bool))))
-    plan = (
-        hint
-        if _value(arcs, keys, hint) is not None
-        else _within(arcs, keys, int(values[-1]), limits, inner, t0)
-    )
+    plan = hint if usable(arcs, hint) is not None else _within(arcs, keys, int(values[-1]), limits, inner, t0)
     if plan is None:
         return least_top_stage(arcs, limits, hint)
     if not plan.found:
@@ -127,8 +126,9 @@ def _within(
     """A plan whose slowest stage key is at most ``top`` (the fastest such by time, found by cut
     rounds, which find plans far faster than a feasibility solve), an "infeasible" Solution if none,
     or None when that cannot be told (the deadline, or bounds out of reach)."""
-    sub = dataclasses.replace(subset(arcs, keys <= top), objective="time")
-    if not len(sub) or path_minimax(sub, keys[keys <= top], np.ones(len(sub), dtype=bool)) > top:
+    within = keys <= top
+    sub = dataclasses.replace(subset(arcs, within), objective="time")
+    if not len(sub) or path_minimax(sub, keys[within], np.ones(len(sub), dtype=bool)) > top:
         return Solution("cut", "infeasible")  # not even a relaxed path of k arcs
     got = _rounds(sub, sub.time, sub.time_cap, limits, None, inner, t0, widen=WIDEN_ANY)
     if got is None or got.status not in ("optimal", "infeasible"):
@@ -215,12 +215,8 @@ def _ids(arcs: Arcs, plan: Solution) -> np.ndarray:
 
 def _value(arcs: Arcs, weight: np.ndarray, plan: Solution | None) -> int | None:
     """A plan's summed weight, None when there is none or it breaks the host-memory limit."""
-    if plan is None or not plan.found:
-        return None
-    ids = plan_arcs(arcs, plan.gpus, plan.cuts)
-    if (ids < 0).any() or (arcs.host_limit is not None and arcs.host[ids].sum() > arcs.host_limit):
-        return None
-    return int(weight[ids].sum())
+    ids = usable(arcs, plan)
+    return None if ids is None else int(weight[ids].sum())
 
 
 def _global(arcs: Arcs, inner_bound: float | None, cut: int, lowest: int, proven: float | None) -> float:
