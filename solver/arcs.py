@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from solver.problem import COARSE_TIME_SCALE, COEFF_BUDGET, FINE_TIME_SCALE, Problem
+from solver.problem import Problem
+from solver.scales import COARSE_TIME_SCALE, COEFF_BUDGET, FINE_TIME_SCALE
 
 if TYPE_CHECKING:
     from solver.engines import Table
@@ -35,8 +36,6 @@ if TYPE_CHECKING:
 #: A free order's arc bounds are exact when the count of GPUs used per class (identical GPUs form a
 #: class) takes at most this many values: 12 distinct GPUs, or sixteen.yaml's 1 + 1 + 6 + 8 (252).
 EXACT_FREE_ORDER_STATES = 4096
-#: ``Arcs.spare`` of a stage whose layers keep no per-token KV cache: it limits no plan.
-SPARE_UNLIMITED = 2**62
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from solver.engines import ENGINES
+
 if TYPE_CHECKING:  # the plan command imports this module: keep its start-up light
     from rich.console import Console
 
@@ -649,7 +651,7 @@ def default_rigs() -> list[Path]:
 )
 @click.option(
     "--engine",
-    type=click.Choice(["strata", "llama.cpp", "vllm", "sglang"]),
+    type=click.Choice(ENGINES),
     help="Plan every rig for this engine (default: each rig's own).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")

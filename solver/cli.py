@@ -18,9 +18,9 @@ from rich.console import Console
 from solver.atomicfile import atomic_open, refuse_inputs
 from solver.config import shown_path
 from solver.console import console as make_console
-from solver.engines import ENGINES
+from solver.engines import ENGINES, export_lines
 from solver.errors import InputError
-from solver.export import Offload, check_export_engine, export_lines
+from solver.export import Offload, check_export_engine
 from solver.export_hosts import Hosts
 from solver.model_cli import model_group, rig_group
 from solver.plausible import doubts

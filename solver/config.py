@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar, get_args, get_origin
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -17,6 +18,7 @@ from pydantic import (
     ValidationError,
 )
 
+from solver.engines import DEFAULT_ENGINE, REGISTRY
 from solver.errors import InputError, brief
 from solver.units import parse_rate, parse_size
 from solver.yamlfile import YamlDoc, key_name, load_yaml
@@ -38,6 +40,13 @@ def _yaml12_float(value: object) -> object:
     return float(value) if isinstance(value, str) and _EXPONENT_FORM.fullmatch(value) else value
 
 
+def _known_engine(name: str) -> str:
+    if name not in REGISTRY:
+        raise ValueError(f"unknown engine {brief(name)}; choose one of {', '.join(REGISTRY)}")
+    return name
+
+
+EngineName = Annotated[str, AfterValidator(_known_engine)]
 PositiveMs = Annotated[float, BeforeValidator(_yaml12_float), Field(gt=0, le=REAL_MAX, allow_inf_nan=False)]
 NonNegMs = Annotated[float, BeforeValidator(_yaml12_float), Field(ge=0, le=REAL_MAX, allow_inf_nan=False)]
 Count = Annotated[int, Field(ge=1, le=COUNT_MAX)]
@@ -115,7 +124,7 @@ class RigConfig(_Strict):
     first_stage_min_layers: Count = 1
     order: Literal["as-given", "auto"] = "as-given"
     objective: Literal["time", "mass", "throughput"] = "time"
-    engine: Literal["strata", "llama.cpp", "vllm", "sglang"] = "strata"
+    engine: EngineName = DEFAULT_ENGINE
     host_bandwidth: Rate | None = None
     host_memory: Size | None = None
     network_handoff_ms: NonNegMs | None = None

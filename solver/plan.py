@@ -1,4 +1,4 @@
-"""A placement evaluated exactly as SPEC 3 defines it: per-stage walks, window and held mass."""
+"""A placement evaluated from the definition: each stage's fill by its engine, the window and held mass."""
 
 from __future__ import annotations
 
@@ -6,9 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import pairwise
 
-import numpy as np
-
-from solver.engines import StageFill, stage_fill
+from solver.engines import StageFill, engine_of, stage_fill
 from solver.problem import Problem
 
 
@@ -93,10 +91,11 @@ def evaluate(
     """Fill each stage (by the engine's rule unless ``fill`` says otherwise) and add up ``window_ms``
     and ``held_mass`` in floating point."""
     bounds = [0, *cuts, p.n_layers]
-    stages = []
+    stages, fills = [], []
     for s, g in enumerate(gpus):
         a, b = bounds[s], bounds[s + 1]
         f = fill(p, int(g), a, b)
+        fills.append(f)
         stages.append(
             Stage(
                 gpu=int(g),
@@ -116,12 +115,8 @@ def evaluate(
                 fits=f.fits,
             )
         )
-    held = float(np.sum([s.held_mass for s in stages])) if p.engine in ("strata", "llama.cpp") else 1.0
     compute = sum(s.compute_ms for s in stages) + handoffs_ms(p, [s.gpu for s in stages])
-    if p.engine == "strata":
-        window = compute + p.miss_ms * (1.0 - held)
-    else:
-        window = compute + sum(s.miss_ms for s in stages)
+    window, held = engine_of(p).totals(p, fills, compute)
     return Placement(stages=stages, window_ms=window, held_mass=held)
 
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from solver.arcs import Arcs, build_arcs
-from solver.baselines import Baseline, engine_baseline
-from solver.engines import build_table
+from solver.baselines import Baseline
+from solver.engines import build_table, engine_of
 from solver.infeasible import explain
 from solver.plan import Placement, bounds_ok, evaluate, feasible
 from solver.problem import Problem
@@ -63,7 +63,7 @@ class Result:
     reason: str | None = None
     oracle: Oracle | None = None
     idle_cost_ms: dict[int, float | None] | None = None
-    default: Baseline | None = None  # what a non-strata engine does unasked (its own default split)
+    default: Baseline | None = None  # what the engine does unasked, where that is not the proportional split
 
     @property
     def compared(self) -> Baseline:
@@ -208,8 +208,7 @@ def plan_rig(p: Problem, limits: Limits | None = None, check: bool = False) -> R
     wall_ms = (time.perf_counter() - t0) * 1e3
     status = solution.status if solution.found or solution.status == "infeasible" else "unknown"
     result = Result(p, status, plan, baseline, solution, arcs, table_ms, wall_ms)
-    if p.engine != "strata":
-        result.default = engine_baseline(p)
+    result.default = engine_of(p).default_split(p)
     if status == "infeasible":
         result.reason = explain(p, table, arcs, limits.left(t0))
     elif status == "unknown" and "reason" in solution.info:

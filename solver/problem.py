@@ -18,20 +18,12 @@ from solver.config import (
     shown_path,
 )
 from solver.curves import pair_mass
+from solver.engines import DEFAULT_ENGINE, engine_named
 from solver.errors import InputError
 from solver.profile import Profile, check_against, read_profile
+from solver.scales import BYTE_LIMIT, COARSE_TIME_SCALE, COEFF_BUDGET, MASS_SCALE, TABLE_CELLS
 from solver.yamlfile import YamlDoc
 
-#: Every byte quantity the planner adds up stays below this, so int64 sums are exact.
-BYTE_LIMIT = 2**62
-#: The range-walk tables hold k * (L+1)^2 and (L+1) * (N+1) int64 cells; past this they take gigabytes.
-TABLE_CELLS = 2**25
-#: CP-SAT refuses an objective whose coefficients could sum past about 2^62; arc weights stay below this.
-COEFF_BUDGET = 2**60
-#: Integer units per ms of the arc weights: the finest, and the coarsest SPEC 3 allows (1e-6 ms).
-FINE_TIME_SCALE, COARSE_TIME_SCALE = 10**12, 10**6
-#: Integer units of held mass (SPEC 3 compares mass in units of 1e-12).
-MASS_SCALE = 10**12
 #: The engine's per-layer estimate: an RTX 5080 (84 SMs at 2.617 GHz) runs a layer in 0.33 ms.
 REFERENCE_LAYER_MS, REFERENCE_SMS, REFERENCE_GHZ = 0.33, 84, 2.617
 
@@ -85,7 +77,7 @@ class Problem:
     files: dict[str, str] = field(default_factory=dict)
     experts: np.ndarray | None = None
     host_memory: int | None = None
-    engine: str = "strata"
+    engine: str = DEFAULT_ENGINE
     kv_per_layer: np.ndarray | None = None
     unit_layer: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     unit_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
@@ -124,9 +116,7 @@ class Problem:
     @property
     def miss_total_ms(self) -> float:
         """The most a window can spend on misses: nothing held at all."""
-        if self.engine == "strata":
-            return self.miss_ms
-        return float(self.unit_ms.sum())
+        return engine_named(self.engine).miss_total_ms(self)
 
     @property
     def worst_window_ms(self) -> float:
@@ -197,37 +187,6 @@ class Overrides:
     idle_gpus: bool = False
 
 
-#: The tensors one default llama.cpp unit stands for: a MoE layer's three routed expert tensors.
-DEFAULT_EXPERT_TENSORS = ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")
-
-
-def llama_units(
-    model: ModelConfig, host_bandwidth: int, experts: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[tuple[str, ...]]]:
-    """llama.cpp's units in fill order: (layer, bytes, CPU ms per window, tensor names), SPEC 6.2.
-
-    A unit is one expert tensor of one layer (``expert_tensors``), or, without that key, one per MoE
-    layer of ``experts[l] * expert_bytes[l]`` bytes standing for its three expert tensors.
-    """
-    n = model.layers
-    if model.expert_tensors is None:
-        sizes = experts * np.array(_per_layer(model.expert_bytes, n), dtype=object)
-        tensors = {DEFAULT_EXPERT_TENSORS: [int(x) for x in sizes]}
-    else:
-        tensors = {(name,): _per_layer(value, n) for name, value in model.expert_tensors.items()}
-    rows = [
-        (-size, layer, t, names)
-        for t, (names, per) in enumerate(tensors.items())
-        for layer, size in enumerate(per)
-        if size > 0 and experts[layer] > 0
-    ]
-    rows.sort(key=lambda r: r[:3])
-    layer = np.array([r[1] for r in rows], dtype=np.int64)
-    size = np.array([-r[0] for r in rows], dtype=np.int64)
-    ms = 1000.0 * model.active_experts * size.astype(np.float64) / (experts[layer] * float(host_bandwidth))
-    return layer, size, ms, [r[3] for r in rows]
-
-
 def resolve(
     rig: RigConfig,
     model: ModelConfig,
@@ -271,10 +230,7 @@ def resolve(
             f"the model's sizes add up to {total} bytes at a context of {context}, "
             f"beyond the 2^62 bytes moesplit plans in",
         )
-    units = {}
-    if rig.engine == "llama.cpp":
-        layer, size, ms, names = llama_units(model, rig.host_bandwidth, experts)
-        units = {"unit_layer": layer, "unit_bytes": size, "unit_ms": ms, "unit_names": names}
+    extra = engine_named(rig.engine).problem_fields(rig, model, experts)
     gpus = rig.gpus
     layer_ms = [g.layer_ms if g.layer_ms is not None else estimate_layer_ms(g.sms, g.clock_ghz) for g in gpus]
     p = Problem(
@@ -308,7 +264,7 @@ def resolve(
         host_memory=rig.host_memory,
         engine=rig.engine,
         kv_per_layer=np.array(kv_per_layer_of(model), dtype=np.int64),
-        **units,
+        **extra,
     )
     _check_scales(p, files.get("rig", rig_name))
     return p
@@ -381,15 +337,13 @@ def load_problem(rig_path: Path, overrides: Overrides | None = None) -> Problem:
         rig = rig.model_copy(update=update)
     check_host_runs(rig, rig_doc)
     files = {"rig": rig_doc.file, "model": model_doc.file}
-    if rig.engine == "llama.cpp":
-        for doc, holder, key, what in (
-            (model_doc, model, "active_experts", "the experts each token uses per MoE layer"),
-            (rig_doc, rig, "host_bandwidth", "how fast the CPU streams offloaded experts, e.g. '60 GB/s'"),
-        ):
-            if getattr(holder, key) is None:
-                raise doc.error((key,), f"missing (engine llama.cpp needs {what})")
+    engine = engine_named(rig.engine)
+    for need in engine.required:
+        doc, holder = (rig_doc, rig) if need.file == "rig" else (model_doc, model)
+        if getattr(holder, need.key) is None:
+            raise doc.error((need.key,), f"missing (engine {engine.name} needs {need.what})")
     profile = None
-    if rig.engine == "strata":  # the other engines hold whole tensors or everything: no profile
+    if engine.profile:  # the other engines hold whole tensors or everything: no profile
         profile_path = _referenced(ov.profile, model.profile, model_path, model_doc, "profile")
         profile = read_profile(profile_path, shown_path(profile_path))
         files["profile"] = profile.file

@@ -9,9 +9,10 @@ from enginefactory import random_engine_problem
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from solver.arcs import SPARE_UNLIMITED, build_arcs
+from solver.arcs import build_arcs
 from solver.engines import build_table, stage_fill
 from solver.plan import evaluate
+from solver.scales import SPARE_UNLIMITED
 from solver.solvers import plan_arcs
 from solver.solvers.cpsat import solve_cpsat
 from solver.solvers.dp import solve_dp

@@ -1,4 +1,4 @@
-"""vLLM and SGLang (SPEC 6.3): every weight resident, nothing offloaded; spare KV tokens per stage.
+"""vLLM and SGLang: every weight resident, nothing offloaded; spare KV tokens per stage.
 
 A range fits a GPU only when its room holds every expert of its layers as well. What is left, over
 the KV bytes one token costs the stage's layers, is the stage's spare KV in tokens; the engine sizes
@@ -8,13 +8,23 @@ every stage's KV cache to the smallest, so a plan's spare KV is the minimum over
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
-from solver.arcs import SPARE_UNLIMITED
-from solver.engines import StageFill, Weights, expert_prefix, room_of
-from solver.problem import Problem
-from solver.rangewalk import need_table
+from solver.engines.base import Engine, PlanCell, StageCell, StageFill, Weights, tokens
+from solver.export import device_order, env_line, stage_sizes
+from solver.export_hosts import sglang_node_lines, vllm_ray_lines
+from solver.rangewalk import expert_prefix, need_table, room_of
+from solver.scales import SPARE_UNLIMITED
+from solver.units import format_size
+
+if TYPE_CHECKING:
+    from solver.baselines import Baseline
+    from solver.export import Offload
+    from solver.export_hosts import Hosts
+    from solver.plan import Placement
+    from solver.problem import Problem
 
 
 def kv_prefix(p: Problem) -> np.ndarray:
@@ -71,15 +81,111 @@ def stage_fill(p: Problem, g: int, a: int, b: int) -> StageFill:
     )
 
 
-def default_partition(engine: str, n_layers: int, k: int) -> list[int]:
-    """Layers per stage when no partition is given: even, the remainder on the stages before the last
-    (vLLM's ``get_pp_indices``) or on the last stages (SGLang)."""
-    counts = [n_layers // k] * k
-    extra = n_layers % k
-    if engine == "vllm":
-        for i in range(2, extra + 2):
+class Resident(Engine):
+    """Every weight resident on its stage's GPU; the KV cache takes what is left."""
+
+    holds = "weights, every expert, session"
+    #: The environment variable that takes the layers per stage.
+    partition_env: ClassVar[str]
+    columns: ClassVar[list[tuple[str, StageCell]]] = [
+        ("experts", lambda s: format_size(s.cache_bytes)),
+        ("spare KV", lambda s: tokens(s.spare_tokens) if s.fits else "does not fit"),
+    ]
+    summary: ClassVar[list[tuple[str, PlanCell]]] = [
+        ("spare KV", lambda q: tokens(q.spare_tokens) if all(s.fits for s in q.stages) else "-"),
+    ]
+
+    def table(self, p: Problem) -> ResidentTable:
+        return ResidentTable.build(p)
+
+    def stage_fill(self, p: Problem, g: int, a: int, b: int) -> StageFill:
+        return stage_fill(p, g, a, b)
+
+    def totals(self, p: Problem, fills: list[StageFill], compute_ms: float) -> tuple[float, float]:
+        return compute_ms, 1.0
+
+    def partition(self, n_layers: int, k: int) -> list[int]:
+        """Layers per stage when no partition is given."""
+        raise NotImplementedError
+
+    def default_split(self, p: Problem) -> Baseline:
+        """The engine's even partition, GPUs in rig order."""
+        from solver.baselines import Baseline, cuts_of
+        from solver.plan import bounds_ok, evaluate, feasible
+
+        cuts = cuts_of(self.partition(p.n_layers, p.n_gpus))
+        if not bounds_ok(p, cuts):
+            return Baseline(
+                cuts, False, None, "even", reason="the rig has more GPUs than the model has layers"
+            )
+        plan = evaluate(p, list(range(p.n_gpus)), cuts)
+        return Baseline(cuts, feasible(p, plan), plan, "even", "the engine's even partition")
+
+    def stage_json(self, stage) -> dict:
+        return {"spare_kv_tokens": stage.spare_tokens}
+
+    def plan_json(self, plan: Placement | None) -> dict:
+        return {"spare_kv_tokens": plan.spare_tokens if plan else None}
+
+    def export(
+        self,
+        gpus: list[int],
+        cuts: list[int],
+        n_layers: int,
+        offload: list[Offload] | tuple[Offload, ...],
+        names: list[str] | None,
+        extra_blocks: int,
+        hosts: Hosts | None,
+    ) -> list[str]:
+        if offload:
+            raise ValueError(f"{self.name} keeps every weight on its GPU: nothing to offload")
+        sizes = stage_sizes(cuts, n_layers)
+        if hosts is not None and hosts.spans(gpus):
+            return self.across_hosts(hosts, gpus, ",".join(map(str, sizes)))
+        return [*device_order(gpus), env_line(self.partition_env, sizes), *self.size_flags(len(gpus))]
+
+    def size_flags(self, k: int) -> list[str]:
+        """The flags that set the pipeline size."""
+        raise NotImplementedError
+
+    def across_hosts(self, hosts: Hosts, gpus: list[int], partition: str) -> list[str]:
+        """Each host's lines for a plan that spans machines."""
+        raise NotImplementedError
+
+
+class Vllm(Resident):
+    """vLLM: even split with the remainder on the stages before the last (``get_pp_indices``)."""
+
+    name = "vllm"
+    partition_env = "VLLM_PP_LAYER_PARTITION"
+
+    def partition(self, n_layers: int, k: int) -> list[int]:
+        counts = [n_layers // k] * k
+        for i in range(2, n_layers % k + 2):
             counts[-i] += 1
-    else:
-        for i in range(1, extra + 1):
+        return counts
+
+    def size_flags(self, k: int) -> list[str]:
+        return [f"--pipeline-parallel-size {k}"]
+
+    def across_hosts(self, hosts: Hosts, gpus: list[int], partition: str) -> list[str]:
+        return vllm_ray_lines(hosts, gpus, partition)
+
+
+class Sglang(Resident):
+    """SGLang: even split with the remainder on the last stages."""
+
+    name = "sglang"
+    partition_env = "SGLANG_PP_LAYER_PARTITION"
+
+    def partition(self, n_layers: int, k: int) -> list[int]:
+        counts = [n_layers // k] * k
+        for i in range(1, n_layers % k + 1):
             counts[-i] += 1
-    return counts
+        return counts
+
+    def size_flags(self, k: int) -> list[str]:
+        return [f"--pp-size {k}"]
+
+    def across_hosts(self, hosts: Hosts, gpus: list[int], partition: str) -> list[str]:
+        return sglang_node_lines(hosts, gpus, partition)

@@ -27,7 +27,7 @@ import pandas as pd
 from ortools.sat.python import cp_model
 
 from solver.arcs import Arcs, best_through, subset
-from solver.problem import MASS_SCALE
+from solver.scales import MASS_SCALE
 from solver.solvers import Limits, Solution, relaxed_bound, stage_key, usable
 
 Fix = Callable[[cp_model.CpModel, list, Arcs], None]

@@ -21,7 +21,7 @@ import time
 import numpy as np
 
 from solver.arcs import Arcs
-from solver.problem import MASS_SCALE
+from solver.scales import MASS_SCALE
 from solver.solvers import Limits, Solution, TooLarge, stage_key
 
 #: Class-count states the free-order DP takes: 2^12 for 12 distinct GPUs, far more GPUs in few classes.

@@ -1,0 +1,161 @@
+"""What an engine is: the one object that owns every rule in which engines differ.
+
+Each engine turns a Problem into a ``Table`` over every (GPU g, layers [a, b)):
+
+- ``need`` (L+1, L+1): bytes a stage running [a, b) must hold whatever its GPU (weights, session,
+  buffers, and for the resident engines every expert of its layers); ``room`` (k, L+1, L+1) is
+  ``free - reserve - need``, -1 where the range does not fit;
+- ``weigh(g, a, b, scale, mass)``: integer weights of those ranges (``Weights``), read by solver.arcs;
+- ``miss_units(scale)``: the part of every plan's window that no arc carries, in the same units.
+
+``stage_fill(p, g, a, b)`` gives one stage's fill straight from the definition (``StageFill``), which
+the plan's report uses and the tests hold the table to. Besides the arithmetic, an engine names the
+keys it needs, its default placement, its report columns and JSON keys, and its export. Everything
+else in moesplit asks the engine object, never the engine's name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, ClassVar, Protocol
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from solver.baselines import Baseline
+    from solver.config import ModelConfig, RigConfig
+    from solver.export import Offload
+    from solver.export_hosts import Hosts
+    from solver.plan import Placement, Stage
+    from solver.problem import Problem
+
+
+@dataclass(frozen=True)
+class Weights:
+    """Integer weights of n ranges, shape (n,) each.
+
+    saved: time units the held experts save against holding none; missed: time units of the stage's
+    own layers' misses (the throughput objective's miss(s)); mass: held mass in units of 1e-12; host:
+    bytes of the stage's experts left in host memory; spare: spare KV tokens (SPARE_UNLIMITED when
+    none limit).
+    """
+
+    saved: np.ndarray
+    missed: np.ndarray
+    mass: np.ndarray
+    host: np.ndarray
+    spare: np.ndarray
+
+
+@dataclass(frozen=True)
+class StageFill:
+    """What one stage holds, straight from the definition, in exact ints and float ms.
+
+    held/visible count the cached items (strata: profile pairs; llama.cpp: expert tensors;
+    resident: experts). ``offload`` lists the (layer, tensor names) llama.cpp leaves on the CPU.
+    ``fits``: the stage's range and what it must hold fit the GPU (room >= 0, and for the resident
+    engines every expert too).
+    """
+
+    room: int
+    cache_bytes: int
+    held: int
+    visible: int
+    held_mass: float
+    miss_ms: float
+    host_bytes: int
+    spare_tokens: int | None = None
+    offload: list[tuple[int, tuple[str, ...]]] = field(default_factory=list)
+    fits: bool = True
+
+
+class Table(Protocol):
+    """The engine's table over every (GPU, range): rooms, then weights and fills on demand."""
+
+    need: np.ndarray
+    room: np.ndarray
+
+    def weigh(self, g: np.ndarray, a: np.ndarray, b: np.ndarray, scale: int, mass: bool) -> Weights: ...
+
+    def miss_units(self, scale: int) -> int: ...
+
+
+@dataclass(frozen=True)
+class Required:
+    """A key the engine needs: in which file (``rig`` or ``model``), its name, and what it means."""
+
+    file: str
+    key: str
+    what: str
+
+
+StageCell = Callable[["Stage"], str]
+PlanCell = Callable[["Placement"], str]
+
+
+def tokens(n: int | None) -> str:
+    """A count of KV tokens for a table cell."""
+    return "no limit" if n is None else f"{n:,}"
+
+
+class Engine:
+    """One engine's rules. Subclasses set ``name`` and override what differs; register them in
+    solver.engines."""
+
+    name: ClassVar[str]
+    #: The engine reads a routing profile (the model's ``profile`` key).
+    profile: ClassVar[bool] = False
+    #: What a stage must hold, in words, for infeasibility messages.
+    holds: ClassVar[str] = "weights, session"
+    #: The report's stage columns between the range and the compute time.
+    columns: ClassVar[list[tuple[str, StageCell]]] = []
+    #: The report's plan-against-default rows after the window.
+    summary: ClassVar[list[tuple[str, PlanCell]]] = []
+    #: Keys the engine needs beyond the common ones.
+    required: ClassVar[tuple[Required, ...]] = ()
+
+    def problem_fields(self, rig: RigConfig, model: ModelConfig, experts: np.ndarray) -> dict:
+        """Extra Problem fields the engine's arithmetic reads."""
+        return {}
+
+    def table(self, p: Problem) -> Table:
+        """The (GPU, range) table of rooms and weights."""
+        raise NotImplementedError
+
+    def stage_fill(self, p: Problem, g: int, a: int, b: int) -> StageFill:
+        """One stage's fill from the definition."""
+        raise NotImplementedError
+
+    def miss_total_ms(self, p: Problem) -> float:
+        """The most a window can spend on misses: nothing held at all."""
+        return 0.0
+
+    def totals(self, p: Problem, fills: list[StageFill], compute_ms: float) -> tuple[float, float]:
+        """A placement's (window ms, held mass) from its stages' fills and its compute and hand-offs."""
+        return compute_ms + sum(f.miss_ms for f in fills), float(np.sum([f.held_mass for f in fills]))
+
+    def default_split(self, p: Problem) -> Baseline | None:
+        """What the engine does unasked, evaluated like a plan; None where that is the proportional one."""
+        return None
+
+    def stage_json(self, stage: Stage) -> dict:
+        """Engine keys of one stage in the JSON report."""
+        return {}
+
+    def plan_json(self, plan: Placement | None) -> dict:
+        """Engine keys of the whole plan in the JSON report."""
+        return {}
+
+    def export(
+        self,
+        gpus: list[int],
+        cuts: list[int],
+        n_layers: int,
+        offload: list[Offload] | tuple[Offload, ...],
+        names: list[str] | None,
+        extra_blocks: int,
+        hosts: Hosts | None,
+    ) -> list[str]:
+        """Lines to paste that make the engine run the plan; ValueError for a plan it cannot express."""
+        raise NotImplementedError
