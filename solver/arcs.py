@@ -208,18 +208,16 @@ def build_arcs(p: Problem, table: Table) -> Arcs:
     keep = _reachable(keep, g, a, b, p) if keep.any() else keep
     g, a, b = g[keep], a[keep], b[keep]
     scale = _time_scale(p, len(g))
-    layer_units = np.rint(p.layer_ms * scale).astype(np.int64)
-    compute = (b - a) * layer_units[g]
     w = table.weigh(g, a, b, scale, p.objective == "mass")
     hop = round(p.handoff_ms * scale)
     entry = round(p.network_ms * scale) - hop if len(p.host_names) > 1 else 0
     hosts = len(set(p.hosts.tolist()))
     if p.idle_gpus:
-        time = compute - w.saved + hop
-        const = table.miss_units(scale) - hop - entry
+        time = w.time + hop
+        const = table.const_units(scale) - hop - entry
     else:
-        time = compute - w.saved
-        const = table.miss_units(scale) + hop * (k - 1) + entry * (hosts - 1)
+        time = w.time
+        const = table.const_units(scale) + hop * (k - 1) + entry * (hosts - 1)
     return Arcs(
         n_layers=n,
         n_gpus=k,
@@ -232,11 +230,11 @@ def build_arcs(p: Problem, table: Table) -> Arcs:
         end=b,
         time=time,
         mass=w.mass,
-        bottleneck=compute,
+        bottleneck=w.gpu,
         const_time=const,
         time_scale=scale,
         twins=_twins(p),
-        stage=compute + w.missed,
+        stage=w.gpu + w.missed,
         spare=w.spare,
         host=w.host,
         host_limit=p.host_memory,

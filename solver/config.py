@@ -49,6 +49,7 @@ def _known_engine(name: str) -> str:
 EngineName = Annotated[str, AfterValidator(_known_engine)]
 PositiveMs = Annotated[float, BeforeValidator(_yaml12_float), Field(gt=0, le=REAL_MAX, allow_inf_nan=False)]
 NonNegMs = Annotated[float, BeforeValidator(_yaml12_float), Field(ge=0, le=REAL_MAX, allow_inf_nan=False)]
+Share = Annotated[float, BeforeValidator(_yaml12_float), Field(gt=0, le=1, allow_inf_nan=False)]
 Count = Annotated[int, Field(ge=1, le=COUNT_MAX)]
 Whole = Annotated[int, Field(ge=0, le=COUNT_MAX)]
 FilePath = Annotated[str, Field(min_length=1)]
@@ -111,6 +112,7 @@ class GpuConfig(_Strict):
     min_layers: Count = 1
     max_layers: Count | None = None
     host: Name = "local"
+    mem_bandwidth: Rate | None = None
 
 
 class RigConfig(_Strict):
@@ -129,6 +131,12 @@ class RigConfig(_Strict):
     host_memory: Size | None = None
     network_handoff_ms: NonNegMs | None = None
     idle_gpus: bool = False
+    gpu_efficiency: (
+        Annotated[float, BeforeValidator(_yaml12_float), Field(gt=0, le=1, allow_inf_nan=False)] | None
+    ) = None
+    layer_overhead_ms: NonNegMs | None = None
+    switch_ms: NonNegMs | None = None
+    depth: Annotated[int, Field(ge=0, le=COUNT_MAX)] = 0
     gpus: Annotated[list[GpuConfig], Field(min_length=1)]
 
 
@@ -269,10 +277,9 @@ def load_rig(path: Path) -> tuple[RigConfig, YamlDoc]:
         has_est = gpu.sms is not None or gpu.clock_ghz is not None
         if gpu.layer_ms is not None and has_est:
             raise doc.error(("gpus", i, "layer_ms"), "give layer_ms or sms and clock_ghz, not both")
-        if gpu.layer_ms is None and (gpu.sms is None or gpu.clock_ghz is None):
+        if has_est and (gpu.sms is None or gpu.clock_ghz is None):
             key = "sms" if gpu.sms is None else "clock_ghz"
-            what = "needs layer_ms, or both sms and clock_ghz" if not has_est else "missing (required)"
-            raise doc.error(("gpus", i) + ((key,) if has_est else ()), what)
+            raise doc.error(("gpus", i, key), "missing (required)")
         if gpu.max_layers is not None and gpu.max_layers < gpu.min_layers:
             raise doc.error(("gpus", i, "max_layers"), f"is below min_layers ({gpu.min_layers})")
     return rig, doc

@@ -29,6 +29,7 @@ class Stage:
     spare_tokens: int | None = None
     offload: list[tuple[int, tuple[str, ...]]] = field(default_factory=list)
     fits: bool = True
+    switch_ms: float = 0.0
 
     @property
     def stage_ms(self) -> float:
@@ -60,6 +61,11 @@ class Placement:
     def bottleneck_ms(self) -> float:
         """SPEC 7: the slowest stage, which sets a batched pipeline's pace."""
         return max(s.stage_ms for s in self.stages)
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Decode speed: one token per window."""
+        return 1000.0 / self.window_ms if self.window_ms > 0 else float("inf")
 
     @property
     def host_bytes(self) -> int:
@@ -107,8 +113,9 @@ def evaluate(
                 held_pairs=f.held,
                 visible_pairs=f.visible,
                 held_mass=f.held_mass,
-                compute_ms=(b - a) * float(p.layer_ms[g]),
+                compute_ms=(b - a) * float(p.layer_ms[g]) if f.gpu_ms is None else f.gpu_ms,
                 miss_ms=f.miss_ms,
+                switch_ms=f.switch_ms,
                 host_bytes=f.host_bytes,
                 spare_tokens=f.spare_tokens,
                 offload=f.offload,

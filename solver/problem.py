@@ -19,9 +19,11 @@ from solver.config import (
 )
 from solver.curves import pair_mass
 from solver.engines import DEFAULT_ENGINE, engine_named
+from solver.engines.bandwidth import Speed
 from solver.errors import InputError
 from solver.profile import Profile, check_against, read_profile
 from solver.scales import BYTE_LIMIT, COARSE_TIME_SCALE, COEFF_BUDGET, MASS_SCALE, TABLE_CELLS
+from solver.units import per_layer
 from solver.yamlfile import YamlDoc
 
 #: The engine's per-layer estimate: an RTX 5080 (84 SMs at 2.617 GHz) runs a layer in 0.33 ms.
@@ -43,11 +45,15 @@ class Problem:
     host_memory        bytes of host RAM for the experts no GPU holds (None: no limit)
     engine             strata | llama.cpp | vllm | sglang (solver.engines)
     kv_per_layer (L,)  KV bytes one token costs each layer (resident engines' spare KV)
-    unit_* (U,)        llama.cpp's expert tensors in fill order (bytes descending, then layer, then
-                       the model's tensor order): layer, bytes, CPU ms per window, tensor names
+    unit_* (U,)        llama.cpp's expert tensors by layer, then the model's tensor order: layer,
+                       bytes, CPU ms per window, tensor names
     gpu_host (k,)      index into host_names of each GPU's machine (None: all on one); a boundary
                        between hosts costs network_handoff_ms (None: handoff_ms), within one handoff_ms
-    idle_gpus          the plan may leave GPUs out (SPEC 8)
+    idle_gpus          the plan may leave GPUs out
+    speed              bandwidths and constants of the speed-from-bytes engines (None: every GPU's
+                       time per layer is its layer_ms); dense_bytes (L,) the weights a token reads per
+                       layer besides experts; active_experts the experts a token uses per MoE layer
+    unit_slot (U,)     llama.cpp's unit's position among its layer's tensors (the model's order)
     pair_layer (N,)    layer of rank r; pair_bytes (N,) its cached size; mass (N,) its routed mass
     free, reserve (k,) bytes; layer_ms (k,) ms per layer; min_layers, max_layers (k,)
     """
@@ -87,6 +93,10 @@ class Problem:
     host_names: list[str] = field(default_factory=lambda: ["local"])
     network_handoff_ms: float | None = None
     idle_gpus: bool = False
+    speed: Speed | None = None
+    dense_bytes: np.ndarray | None = None
+    active_experts: int = 0
+    unit_slot: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
     @property
     def n_layers(self) -> int:
@@ -121,9 +131,9 @@ class Problem:
     @property
     def worst_window_ms(self) -> float:
         """More than any arc's time weight or any window can be, in ms: what the integer scale must fit."""
-        slowest = float(self.layer_ms.max(initial=0.0))
+        slowest = engine_named(self.engine).slowest_gpu_ms(self)
         hop = max(self.handoff_ms, self.network_ms)
-        return slowest * self.n_layers + self.miss_total_ms + hop * self.n_gpus + 1.0
+        return slowest + self.miss_total_ms + hop * self.n_gpus + 1.0
 
     @property
     def most_arcs(self) -> int:
@@ -140,10 +150,6 @@ class Problem:
             - (self.last_stage_bytes if b == self.n_layers else 0)
             - int(self.layer_bytes[a:b].sum())
         )
-
-
-def _per_layer(value: int | list[int], n: int) -> list[int]:
-    return list(value) if isinstance(value, list) else [value] * n
 
 
 def _kinds(model: ModelConfig) -> list[str]:
@@ -165,7 +171,7 @@ def layer_bytes_of(model: ModelConfig, context: int) -> list[int]:
     n = model.layers
     kinds = _kinds(model)
     by_kind = _by_kind
-    dense = _per_layer(model.dense_bytes, n)
+    dense = per_layer(model.dense_bytes, n)
     return [
         dense[i]
         + by_kind(model.state_bytes, kinds[i])
@@ -209,8 +215,8 @@ def resolve(
             f"over the {TABLE_CELLS:,} moesplit plans in",
             key="gpus" if by_gpu >= by_pair and k > n else "layers",
         )
-    experts = np.array(_per_layer(model.experts, n), dtype=np.int64)
-    expert_bytes = np.array(_per_layer(model.expert_bytes, n), dtype=object)
+    experts = np.array(per_layer(model.experts, n), dtype=np.int64)
+    expert_bytes = np.array(per_layer(model.expert_bytes, n), dtype=object)
     if profile is not None:
         _check_profile(profile, model, experts, model_file)
     layer_bytes = layer_bytes_of(model, context)
@@ -232,7 +238,9 @@ def resolve(
         )
     extra = engine_named(rig.engine).problem_fields(rig, model, experts)
     gpus = rig.gpus
-    layer_ms = [g.layer_ms if g.layer_ms is not None else estimate_layer_ms(g.sms, g.clock_ghz) for g in gpus]
+    layer_ms = extra.pop("layer_ms", None) or [
+        g.layer_ms if g.layer_ms is not None else estimate_layer_ms(g.sms, g.clock_ghz) for g in gpus
+    ]
     p = Problem(
         rig=rig_name,
         model=model_name,
@@ -338,6 +346,7 @@ def load_problem(rig_path: Path, overrides: Overrides | None = None) -> Problem:
     check_host_runs(rig, rig_doc)
     files = {"rig": rig_doc.file, "model": model_doc.file}
     engine = engine_named(rig.engine)
+    engine.check_gpus(rig, rig_doc)
     for need in engine.required:
         doc, holder = (rig_doc, rig) if need.file == "rig" else (model_doc, model)
         if getattr(holder, need.key) is None:

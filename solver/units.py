@@ -86,3 +86,8 @@ def format_size(n: int) -> str:
             value = n / scale
             return f"{sign}{value:.2f} {unit}" if value < 100 else f"{sign}{value:.1f} {unit}"
     return f"{sign}{n} B"
+
+
+def per_layer(value: int | list[int], n: int) -> list[int]:
+    """A per-layer key's value as one entry per layer: a list as given, a single value repeated."""
+    return list(value) if isinstance(value, list) else [value] * n

@@ -6,7 +6,7 @@ Each engine turns a Problem into a ``Table`` over every (GPU g, layers [a, b)):
   buffers, and for the resident engines every expert of its layers); ``room`` (k, L+1, L+1) is
   ``free - reserve - need``, -1 where the range does not fit;
 - ``weigh(g, a, b, scale, mass)``: integer weights of those ranges (``Weights``), read by solver.arcs;
-- ``miss_units(scale)``: the part of every plan's window that no arc carries, in the same units.
+- ``const_units(scale)``: the part of every plan's window that no arc carries, in the same units.
 
 ``stage_fill(p, g, a, b)`` gives one stage's fill straight from the definition (``StageFill``), which
 the plan's report uses and the tests hold the table to. Besides the arithmetic, an engine names the
@@ -29,19 +29,22 @@ if TYPE_CHECKING:
     from solver.export_hosts import Hosts
     from solver.plan import Placement, Stage
     from solver.problem import Problem
+    from solver.yamlfile import YamlDoc
 
 
 @dataclass(frozen=True)
 class Weights:
-    """Integer weights of n ranges, shape (n,) each.
+    """Integer weights of n ranges, shape (n,) each, times in units of 1/scale ms.
 
-    saved: time units the held experts save against holding none; missed: time units of the stage's
-    own layers' misses (the throughput objective's miss(s)); mass: held mass in units of 1e-12; host:
-    bytes of the stage's experts left in host memory; spare: spare KV tokens (SPARE_UNLIMITED when
-    none limit).
+    gpu: the stage's GPU time (the tie rule's bottleneck); time: what the stage adds to the window
+    beyond ``const_units`` (strata: GPU time less the misses its cache saves; the others: the stage's
+    whole time); missed: the time of the stage's own layers' misses or CPU work and switches (the
+    throughput objective's stage is gpu + missed); mass: held mass in units of 1e-12; host: bytes of
+    the stage's experts left in host memory; spare: spare KV tokens (SPARE_UNLIMITED when none limit).
     """
 
-    saved: np.ndarray
+    gpu: np.ndarray
+    time: np.ndarray
     missed: np.ndarray
     mass: np.ndarray
     host: np.ndarray
@@ -55,7 +58,8 @@ class StageFill:
     held/visible count the cached items (strata: profile pairs; llama.cpp: expert tensors;
     resident: experts). ``offload`` lists the (layer, tensor names) llama.cpp leaves on the CPU.
     ``fits``: the stage's range and what it must hold fit the GPU (room >= 0, and for the resident
-    engines every expert too).
+    engines every expert too). ``gpu_ms``: the stage's GPU time (None: its layers times the GPU's
+    layer_ms); ``miss_ms`` is the rest of its time, of which ``switch_ms`` device switches.
     """
 
     room: int
@@ -68,6 +72,8 @@ class StageFill:
     spare_tokens: int | None = None
     offload: list[tuple[int, tuple[str, ...]]] = field(default_factory=list)
     fits: bool = True
+    gpu_ms: float | None = None
+    switch_ms: float = 0.0
 
 
 class Table(Protocol):
@@ -78,7 +84,7 @@ class Table(Protocol):
 
     def weigh(self, g: np.ndarray, a: np.ndarray, b: np.ndarray, scale: int, mass: bool) -> Weights: ...
 
-    def miss_units(self, scale: int) -> int: ...
+    def const_units(self, scale: int) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -114,6 +120,13 @@ class Engine:
     summary: ClassVar[list[tuple[str, PlanCell]]] = []
     #: Keys the engine needs beyond the common ones.
     required: ClassVar[tuple[Required, ...]] = ()
+
+    def check_gpus(self, rig: RigConfig, doc: YamlDoc) -> None:
+        """Raise an InputError (file, line, key) for a GPU whose speed the engine cannot know."""
+
+    def slowest_gpu_ms(self, p: Problem) -> float:
+        """More than any stage's GPU time can be, in ms (bounds the integer scale)."""
+        return float(p.layer_ms.max(initial=0.0)) * p.n_layers
 
     def problem_fields(self, rig: RigConfig, model: ModelConfig, experts: np.ndarray) -> dict:
         """Extra Problem fields the engine's arithmetic reads."""

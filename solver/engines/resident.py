@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
-from solver.engines.base import Engine, PlanCell, StageCell, StageFill, Weights, tokens
+from solver.engines.bandwidth import BytesSpeed, all_held_ms
+from solver.engines.base import PlanCell, StageCell, StageFill, Weights, tokens
 from solver.export import device_order, env_line, stage_sizes
 from solver.export_hosts import sglang_node_lines, vllm_ray_lines
 from solver.rangewalk import expert_prefix, need_table, room_of
@@ -21,6 +22,7 @@ from solver.units import format_size
 
 if TYPE_CHECKING:
     from solver.baselines import Baseline
+    from solver.config import ModelConfig, RigConfig
     from solver.export import Offload
     from solver.export_hosts import Hosts
     from solver.plan import Placement
@@ -54,9 +56,12 @@ class ResidentTable:
     def weigh(self, g: np.ndarray, a: np.ndarray, b: np.ndarray, scale: int, mass: bool) -> Weights:
         zero = np.zeros(len(g), dtype=np.int64)
         kv = kv_prefix(self.p)
-        return Weights(zero, zero, zero, zero, spare_tokens(self.room[g, a, b], kv[b] - kv[a]))
+        units = np.rint(all_held_ms(self.p) * scale).astype(np.int64)  # (L, k)
+        prefix = np.concatenate([np.zeros((1, self.p.n_gpus), dtype=np.int64), np.cumsum(units, axis=0)])
+        gpu = prefix[b, g] - prefix[a, g]
+        return Weights(gpu, gpu, zero, zero, zero, spare_tokens(self.room[g, a, b], kv[b] - kv[a]))
 
-    def miss_units(self, scale: int) -> int:
+    def const_units(self, scale: int) -> int:
         return 0
 
 
@@ -78,10 +83,11 @@ def stage_fill(p: Problem, g: int, a: int, b: int) -> StageFill:
         host_bytes=0,
         spare_tokens=(left // kv if kv else None) if left >= 0 else None,
         fits=left >= 0,
+        gpu_ms=float(all_held_ms(p)[a:b, g].sum()),
     )
 
 
-class Resident(Engine):
+class Resident(BytesSpeed):
     """Every weight resident on its stage's GPU; the KV cache takes what is left."""
 
     holds = "weights, every expert, session"
@@ -94,6 +100,9 @@ class Resident(Engine):
     summary: ClassVar[list[tuple[str, PlanCell]]] = [
         ("spare KV", lambda q: tokens(q.spare_tokens) if all(s.fits for s in q.stages) else "-"),
     ]
+
+    def problem_fields(self, rig: RigConfig, model: ModelConfig, experts: np.ndarray) -> dict:
+        return self.speed_fields(rig, model, experts)
 
     def table(self, p: Problem) -> ResidentTable:
         return ResidentTable.build(p)

@@ -14,9 +14,11 @@ from solver.scales import MASS_SCALE, SPARE_UNLIMITED
 from solver.units import format_size
 
 if TYPE_CHECKING:
+    from solver.config import RigConfig
     from solver.export import Offload
     from solver.export_hosts import Hosts
     from solver.problem import Problem
+    from solver.yamlfile import YamlDoc
 
 
 @dataclass(frozen=True)
@@ -44,15 +46,17 @@ class StrataTable:
         if mass:
             held_mass = self.walk.held_sum(np.rint(p.mass * MASS_SCALE).astype(np.int64))[g, a, b]
         experts = expert_prefix(p)
+        gpu = (b - a) * np.rint(p.layer_ms * scale).astype(np.int64)[g]
         return Weights(
-            saved=saved,
+            gpu=gpu,
+            time=gpu - saved,
             missed=visible[b] - visible[a] - saved,
             mass=held_mass,
             host=experts[b] - experts[a] - self.walk.held_bytes()[g, a, b],
             spare=np.full(len(g), SPARE_UNLIMITED, dtype=np.int64),
         )
 
-    def miss_units(self, scale: int) -> int:
+    def const_units(self, scale: int) -> int:
         return round(self.p.miss_ms * scale)
 
 
@@ -90,6 +94,12 @@ class Strata(Engine):
         ("cache", lambda q: format_size(sum(s.cache_bytes for s in q.stages))),
         ("experts in host RAM", lambda q: format_size(q.host_bytes)),
     ]
+
+    def check_gpus(self, rig: RigConfig, doc: YamlDoc) -> None:
+        """Every GPU needs its time per layer: ``layer_ms``, or ``sms`` and ``clock_ghz`` to estimate it."""
+        for i, gpu in enumerate(rig.gpus):
+            if gpu.layer_ms is None and gpu.sms is None:
+                raise doc.error(("gpus", i), "needs layer_ms, or both sms and clock_ghz")
 
     def table(self, p: Problem) -> StrataTable:
         return StrataTable.build(p)
