@@ -218,3 +218,10 @@ def test_the_shipped_rigs_are_what_their_header_commands_write(tmp_path, monkeyp
 def test_the_docs_quote_the_host_efficiency_in_force():
     for page in ("README.md", "docs/models.md"):
         assert f"`HOST_EFFICIENCY` ({HOST_EFFICIENCY:g}" in (ROOT / page).read_text(), page
+
+
+def test_a_strata_rig_takes_host_memory(tmp_path):
+    out = tmp_path / "rig.yaml"
+    assert run("RTX 3090", "--host-memory", "96 GiB", "--context", "4096", "-o", out).exit_code == 0
+    rig, _ = load_rig(out)
+    assert rig.host_memory == 96 * 2**30 and rig.context == 4096 and rig.engine == "strata"

@@ -14,7 +14,8 @@ is the launch version and the other has its own name; NVML cannot tell them apar
 Conventions:
 
 - ``vram_mib``: the card's memory as NVML reports ``total``: the nominal GiB x 1024, except the HBM cards
-  whose NVML figure is known (H100 81,559 MiB, H100 NVL 95,830 MiB, H200 143,771 MiB, B200 183,359 MiB).
+  whose NVML figure is known (H100 81,559 MiB, H100 NVL 95,830 MiB, H200 143,771 MiB; B200 183,359 MiB,
+  the "179 GB" cloud providers' nvidia-smi listings show).
 - ``bandwidth``: peak memory bandwidth in bytes per second, the vendor's figure (``936 GB/s`` = 936e9).
 - ``sms`` and ``boost_ghz``: NVIDIA's published SM count and boost clock. The rigs shipped with moesplit
   use the same boost clocks (RTX 3060 1.777, RTX 5060 Ti 2.572, RTX 3090 1.695, RTX 5080 2.617 GHz),
@@ -30,8 +31,10 @@ Conventions:
   ``rigs/box.yaml`` reports 11.5 GiB, 0.2 GiB more. A desktop on the card, ECC on a data-centre card or a
   ROCm runtime take different amounts: edit ``free``.
 
-Sources of memory size and bandwidth, by family (figures are the vendor's; where the vendor's own page
-could not be read here, the copy used is named):
+Sources of memory size and bandwidth, by family. The figures are the vendor's published ones; the vendor
+pages themselves cannot be reached from the machine this table was built on, so each family was checked
+against public copies of them (spec databases, launch coverage quoting the sheet), named where one
+source stands alone:
 
 - GeForce RTX 20: NVIDIA Turing GPU architecture whitepaper (RTX 2080 Ti, 2080, 2070) and the GeForce
   product pages (memory interface and speed); RTX 2060 12GB and the SUPER cards from their product pages.

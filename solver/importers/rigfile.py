@@ -16,7 +16,6 @@ from solver.problem import REFERENCE_GHZ, REFERENCE_LAYER_MS, REFERENCE_SMS
 from solver.units import format_rate
 
 MIB = 2**20
-ENGINES = ("strata", "llama.cpp", "vllm", "sglang")
 #: Column the comments start at (as ``solve probe`` writes them).
 COMMENT_AT = 34
 
