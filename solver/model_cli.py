@@ -127,6 +127,18 @@ def rig_group() -> None:
 
 @rig_group.command("new")
 @click.argument("cards", nargs=-1)
+@click.option(
+    "--engine",
+    type=click.Choice(["strata", "llama.cpp", "vllm", "sglang"]),
+    default="strata",
+    show_default=True,
+    help="Engine the rig plans for; the rig gets only the keys it reads.",
+)
+@click.option(
+    "--host-bandwidth",
+    help="llama.cpp: the host's memory rate ('80 GB/s') or memory ('DDR5-5600x2', '8ch DDR4-3200').",
+)
+@click.option("--host-memory", help="Host RAM for the experts no GPU holds ('128 GiB'; strata, llama.cpp).")
 @click.option("--model", type=click.Path(path_type=Path, dir_okay=False), help="Model file the rig names.")
 @click.option("--name", help="Rig name (default: the output file's stem).")
 @click.option(
@@ -137,6 +149,9 @@ def rig_group() -> None:
 @_OUTPUT
 def rig_new_cmd(
     cards: tuple[str, ...],
+    engine: str,
+    host_bandwidth: str | None,
+    host_memory: str | None,
     model: Path | None,
     name: str | None,
     context: int,
@@ -144,14 +159,15 @@ def rig_new_cmd(
     show: bool,
     output: Path | None,
 ) -> None:
-    """A rig of CARDS in pipeline order ("RTX 4090" "RTX 3090" ...), from the card table (no NVML)."""
-    from solver.importers.cards import CARDS, UnknownCard
-    from solver.importers.rigfile import rig_yaml
+    """A rig of CARDS in pipeline order ("RTX 4090" "RTX 3090" ..., or HOST:CARD for a card on machine
+    HOST), from the card table (no NVML)."""
+    from solver.importers.cards import CardError
+    from solver.importers.hostmem import parse_host_bandwidth
+    from solver.importers.rigfile import check_engine, place, rig_yaml
     from solver.units import parse_size
 
     if show:
-        for card in CARDS.values():
-            click.echo(f"{card.name:<30} {card.vram_mib:>7} MiB  {card.sms:>3} SMs  {card.boost_ghz:.3f} GHz")
+        _list_cards()
         return
     if not cards:
         _fail('solve rig new: name at least one card, e.g. solve rig new "RTX 4090" "RTX 3090"')
@@ -159,10 +175,33 @@ def rig_new_cmd(
         reserve_bytes = parse_size(reserve)
     except ValueError as exc:
         _fail(f"--reserve: {exc}")
+    if engine == "llama.cpp" and host_bandwidth is None:
+        _fail(
+            "--engine llama.cpp needs --host-bandwidth: your RAM's rate, e.g. --host-bandwidth DDR5-5600x2 "
+            "(two channels of DDR5-5600) or --host-bandwidth '60 GB/s'"
+        )
+    if host_bandwidth is not None and engine != "llama.cpp":
+        why = "prices misses with miss_ms" if engine == "strata" else "keeps every weight in VRAM"
+        _fail(f"--host-bandwidth: engine {engine} {why}; only llama.cpp reads host_bandwidth")
+    if host_memory is not None and engine in ("vllm", "sglang"):
+        _fail(f"--host-memory: engine {engine} keeps every weight in VRAM; it reads no host_memory")
     try:
+        rate = parse_host_bandwidth(host_bandwidth) if host_bandwidth is not None else None
+    except ValueError as exc:
+        _fail(f"--host-bandwidth: {exc}")
+    try:
+        host_bytes = parse_size(host_memory) if host_memory is not None else None
+    except ValueError as exc:
+        _fail(f"--host-memory: {exc}")
+    try:
+        placed = place(list(cards))
+        check_engine(placed, engine)
         if model is not None:
             load_model(model)
         options = {
+            "--engine": engine if engine != "strata" else None,
+            "--host-bandwidth": host_bandwidth,
+            "--host-memory": host_memory,
             "--model": model,
             "--name": name,
             "--context": context if context != DEFAULT_CONTEXT else None,
@@ -171,15 +210,28 @@ def rig_new_cmd(
         }
         command = _command(["rig", "new", *cards], options)
         text = rig_yaml(
-            list(cards),
+            placed,
+            engine=engine,
             name=name or (output.stem if output else None),
             model_ref=_relative(model, output) if model else None,
             context=context,
             reserve=reserve_bytes,
+            host_bandwidth=rate,
+            host_memory=host_bytes,
             command=command,
         )
         _emit(text, output, [model] if model else [])
-    except UnknownCard as exc:
+    except (CardError, InputError) as exc:
         _fail(str(exc))
-    except InputError as exc:
-        _fail(str(exc))
+
+
+def _list_cards() -> None:
+    """The card table, one card a line, in 80 columns."""
+    from solver.importers.cards import CARDS
+
+    click.echo(f"{'card':<36} {'memory':>9} {'bandwidth':>11} {'SMs':>4} {'boost':>9}")
+    for card in CARDS.values():
+        sms = "-" if card.sms is None else str(card.sms)
+        ghz = "-" if card.boost_ghz is None else f"{card.boost_ghz:.3f} GHz"
+        bandwidth = f"{card.bandwidth / 1e9:g} GB/s"
+        click.echo(f"{card.name:<36} {card.memory:>9} {bandwidth:>11} {sms:>4} {ghz:>9}")

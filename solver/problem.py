@@ -24,7 +24,7 @@ from solver.errors import InputError
 from solver.profile import Profile, check_against, read_profile
 from solver.scales import BYTE_LIMIT, COARSE_TIME_SCALE, COEFF_BUDGET, MASS_SCALE, TABLE_CELLS
 from solver.units import per_layer
-from solver.yamlfile import YamlDoc
+from solver.yamlfile import YamlDoc, load_yaml
 
 #: The engine's per-layer estimate: an RTX 5080 (84 SMs at 2.617 GHz) runs a layer in 0.33 ms.
 REFERENCE_LAYER_MS, REFERENCE_SMS, REFERENCE_GHZ = 0.33, 84, 2.617
@@ -309,11 +309,7 @@ def _check_scales(p: Problem, rig_file: str) -> None:
     without CP-SAT's objective overflowing (solver.arcs scales every weight to integers)."""
     worst = p.worst_window_ms
     if worst * COARSE_TIME_SCALE * p.most_arcs >= COEFF_BUDGET:
-        raise InputError(
-            rig_file,
-            f"a window could take {worst:.4g} ms over {p.most_arcs:,} (GPU, layer range) choices, too "
-            f"much to score in whole units of 1e-6 ms; lower layer_ms, miss_ms or handoff_ms",
-        )
+        raise _too_long(p, rig_file, worst)
     if p.objective == "mass" and MASS_SCALE * p.most_arcs >= COEFF_BUDGET:
         raise InputError(
             rig_file,
@@ -321,6 +317,31 @@ def _check_scales(p: Problem, rig_file: str) -> None:
             f"1e-12; use objective time",
             key="objective",
         )
+
+
+def _too_long(p: Problem, rig_file: str, worst: float) -> InputError:
+    """The error for windows too long to score, at the key that makes them so: a mistyped rate (``55``
+    is 55 bytes per second) by its line, else the largest of the GPU, miss and hand-off times."""
+    from solver.plausible import rate_doubts  # plausible imports this module
+
+    what = (
+        f"a window could take {worst:.4g} ms over {p.most_arcs:,} (GPU, layer range) choices, too much "
+        f"to score in whole units of 1e-6 ms"
+    )
+    try:
+        doc: YamlDoc | None = load_yaml(Path(rig_file), rig_file)
+    except InputError:
+        doc = None
+    for doubt in rate_doubts(doc) if doc is not None else []:
+        return InputError(doubt.file, f"{doubt.message} ({what})", doubt.line, doubt.key)
+    engine = engine_named(p.engine)
+    gpu = engine.slowest_gpu_ms(p)
+    hop = max(p.handoff_ms, p.network_ms) * p.n_gpus
+    if engine.miss_rate_key and p.miss_total_ms >= max(gpu, hop):
+        key = engine.miss_rate_key
+        line = doc.line((key,)) if doc is not None else None
+        return InputError(rig_file, f"{what}; raise {key}", line, key)
+    return InputError(rig_file, f"{what}; lower layer_ms, miss_ms or handoff_ms")
 
 
 def _referenced(override: Path | None, named: str | None, holder: Path, doc: YamlDoc, key: str) -> Path:

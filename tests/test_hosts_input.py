@@ -32,12 +32,19 @@ def test_probe_host_and_gpus_only_concatenate_into_one_rig(write):
     assert not more.lstrip().startswith("gpus") and "model" not in more
     rig, _ = load_rig(write("rig.yaml", first + more))
     assert [g.host for g in rig.gpus] == ["a", "a", "a", "b", "b"]
-    assert [g.name for g in rig.gpus] == ["RTX 3060", "RTX 3090", "RTX 5080", "RTX 3060", "RTX 3090"]
+    names = ["RTX 3060 12GB", "RTX 3090", "RTX 5080", "RTX 3060 12GB", "RTX 3090"]
+    assert [g.name for g in rig.gpus] == names
 
 
 def test_rig_new_takes_host_card_names(tmp_path):
     out = tmp_path / "rig.yaml"
-    res = CliRunner().invoke(cli, ["rig", "new", "a:RTX 4090", "a:RTX 3090", "b: RTX 3060", "-o", str(out)])
+    res = CliRunner().invoke(
+        cli, ["rig", "new", "a:RTX 4090", "a:RTX 3090", "b: RTX 3060 12GB", "-o", str(out)]
+    )
     assert res.exit_code == 0, res.output
     rig, _ = load_rig(out)
-    assert [(g.host, g.name) for g in rig.gpus] == [("a", "RTX 4090"), ("a", "RTX 3090"), ("b", "RTX 3060")]
+    assert [(g.host, g.name) for g in rig.gpus] == [
+        ("a", "RTX 4090"),
+        ("a", "RTX 3090"),
+        ("b", "RTX 3060 12GB"),
+    ]

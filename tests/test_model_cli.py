@@ -68,13 +68,15 @@ def test_output_names_the_profile_relative_to_itself_and_plans(tmp_path):
     assert made.exit_code == 0, made.output
     assert 'profile: "profiles/q.txt"' in out.read_text()
     rig = rigs / "two.yaml"
-    made = run("rig", "new", "RTX 3060", "rtx 5060 ti", "--model", out, "--context", "8192", "-o", rig)
+    made = run(
+        "rig", "new", "RTX 3060 12GB", "rtx 5060 ti 16gb", "--model", out, "--context", "8192", "-o", rig
+    )
     assert made.exit_code == 0, made.output
     text = rig.read_text()
-    assert 'model: "../models/q.yaml"' in text and "solve rig new 'RTX 3060' 'rtx 5060 ti'" in text
+    assert 'model: "../models/q.yaml"' in text and "solve rig new 'RTX 3060 12GB' 'rtx 5060 ti 16gb'" in text
     config, _ = load_rig(rig)
-    assert [g.name for g in config.gpus] == ["RTX 3060", "RTX 5060 Ti"] and config.name == "two"
-    assert config.gpus[1].free == card("RTX 5060 Ti").free_mib * 2**20 and config.gpus[1].sms == 36
+    assert [g.name for g in config.gpus] == ["RTX 3060 12GB", "RTX 5060 Ti 16GB"] and config.name == "two"
+    assert config.gpus[1].free == card("RTX 5060 Ti 16GB").free_mib * 2**20 and config.gpus[1].sms == 36
     assert config.context == 8192
     plan = run(rig, "--json")
     assert plan.exit_code == 0, plan.output

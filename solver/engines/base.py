@@ -118,6 +118,8 @@ class Engine:
     columns: ClassVar[list[tuple[str, StageCell]]] = []
     #: The report's plan-against-default rows after the window.
     summary: ClassVar[list[tuple[str, PlanCell]]] = []
+    #: The rate key that makes misses slow when it is too low (None: misses have no rate).
+    miss_rate_key: ClassVar[str | None] = None
     #: Keys the engine needs beyond the common ones.
     required: ClassVar[tuple[Required, ...]] = ()
 

@@ -303,6 +303,7 @@ class LlamaCpp(BytesSpeed):
     """llama.cpp: expert tensors on their layer's GPU or on the CPU, which runs them."""
 
     name = "llama.cpp"
+    miss_rate_key = "host_bandwidth"
     columns: ClassVar[list[tuple[str, StageCell]]] = [
         ("experts on GPU", lambda s: format_size(s.cache_bytes)),
         ("tensors kept", lambda s: f"{s.held_pairs:,}/{s.visible_pairs:,}"),
