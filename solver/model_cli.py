@@ -161,7 +161,7 @@ def rig_new_cmd(
 ) -> None:
     """A rig of CARDS in pipeline order ("RTX 4090" "RTX 3090" ..., or HOST:CARD for a card on machine
     HOST), from the card table (no NVML)."""
-    from solver.importers.cards import CardError
+    from solver.cards import CardError
     from solver.importers.hostmem import parse_host_bandwidth
     from solver.importers.rigfile import check_engine, place, rig_yaml
     from solver.units import parse_size
@@ -227,7 +227,7 @@ def rig_new_cmd(
 
 def _list_cards() -> None:
     """The card table, one card a line, in 80 columns."""
-    from solver.importers.cards import CARDS
+    from solver.cards import CARDS
 
     click.echo(f"{'card':<36} {'memory':>9} {'bandwidth':>11} {'SMs':>4} {'boost':>9}")
     for card in CARDS.values():

@@ -18,9 +18,9 @@ from typing import Any
 
 import click
 
+from solver.cards import AmbiguousCard, Card, find_card
 from solver.config import load_model, shown_path
 from solver.errors import InputError
-from solver.importers.cards import AmbiguousCard, Card, find_card
 from solver.problem import REFERENCE_GHZ, REFERENCE_LAYER_MS, REFERENCE_SMS, estimate_layer_ms
 
 MIB = 2**20

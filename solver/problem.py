@@ -370,7 +370,7 @@ def load_problem(rig_path: Path, overrides: Overrides | None = None) -> Problem:
     engine.check_gpus(rig, rig_doc)
     for need in engine.required:
         doc, holder = (rig_doc, rig) if need.file == "rig" else (model_doc, model)
-        if getattr(holder, need.key) is None:
+        if getattr(holder, need.key) is None and (need.when is None or need.when(rig)):
             raise doc.error((need.key,), f"missing (engine {engine.name} needs {need.what})")
     profile = None
     if engine.profile:  # the other engines hold whole tensors or everything: no profile

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from solver.importers.cards import (
+from solver.cards import (
     _TABLE,
     CARDS,
     DRIVER_MIB,

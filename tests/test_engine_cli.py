@@ -26,11 +26,12 @@ def test_llama_mix_plans_and_the_oracle_agrees():
     assert code == 0 and d["engine"] == "llama.cpp" and d["status"] == "optimal"
     assert d["oracle"]["agrees"]
     stages = d["stages"]
-    cpu = sum(s["cpu_ms"] for s in stages)
-    compute = sum(s["compute_ms"] for s in stages)
+    cpu = sum(s["cpu_ms"] + s["switch_ms"] for s in stages)
+    compute = sum(s["gpu_ms"] for s in stages)
     assert d["window_ms"] == pytest.approx(compute + cpu, abs=1e-9)
+    assert d["tokens_per_s"] == pytest.approx(1000 / d["window_ms"])
     for s in stages:
-        assert s["stage_ms"] == pytest.approx(s["compute_ms"] + s["cpu_ms"])
+        assert s["stage_ms"] == pytest.approx(s["gpu_ms"] + s["cpu_ms"] + s["switch_ms"])
         assert len(s["offload"]) == s["tensors"] - s["held_tensors"]
         assert all(s["start"] <= o["layer"] < s["end"] for o in s["offload"])
     assert d["bottleneck_ms"] == max(s["stage_ms"] for s in stages)

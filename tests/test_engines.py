@@ -47,7 +47,12 @@ def _best_by_brute_force(p, g: int, a: int, b: int) -> tuple[float, list[int]] |
             ms = dense + sum(s * int(p.unit_bytes[u]) * per_byte for s, u in zip(share, held))
             ms += sum(float(p.unit_ms[u]) for u in cpu) + switch * len({int(p.unit_layer[u]) for u in cpu})
             order = sorted((int(p.unit_layer[u]), int(p.unit_slot[u])) for u in cpu)
-            key = (round(ms, 7), len({x[0] for x in order}), size, [(-x, -y) for x, y in order] + [(-(10**9), 0)])
+            key = (
+                round(ms, 7),
+                len({x[0] for x in order}),
+                size,
+                [(-x, -y) for x, y in order] + [(-(10**9), 0)],
+            )
             if best is None or key < best[0]:
                 best = (key, ms, sorted(held))
     return best[1], best[2]

@@ -12,9 +12,9 @@ from pathlib import Path
 from click.testing import CliRunner
 from ggufbuild import qwen3_235b_like, write_sparse_gguf
 
+from solver.cards import card
 from solver.cli import cli
 from solver.config import load_model, load_rig
-from solver.importers.cards import card
 
 ROOT = Path(__file__).resolve().parent.parent
 HF = ROOT / "tests" / "fixtures" / "hf"

@@ -11,10 +11,10 @@ import pytest
 from click.testing import CliRunner
 
 from solver import probe as probe_mod
+from solver.cards import find_card
 from solver.cli import cli
 from solver.config import load_rig
 from solver.errors import InputError
-from solver.importers.cards import find_card
 from solver.probe import ProbeError, probe, rig_yaml, visible_order
 from solver.problem import estimate_layer_ms
 

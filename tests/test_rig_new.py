@@ -10,9 +10,9 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from solver.cards import card
 from solver.cli import cli
 from solver.config import load_rig
-from solver.importers.cards import card
 from solver.importers.hostmem import HOST_EFFICIENCY, parse_host_bandwidth
 from solver.units import parse_rate, parse_size
 
@@ -188,7 +188,6 @@ def test_the_strata_rig_loads_with_the_tables_figures(tmp_path):
     assert rig.gpus[1].free == (24 * 1024 - 700) * MIB and rig.gpus[1].reserve == parse_size("700 MiB")
 
 
-@pytest.mark.xfail(strict=True, reason="needs the mem_bandwidth rig key")
 def test_a_llama_cpp_rig_loads(tmp_path):
     out = tmp_path / "rig.yaml"
     args = ["RTX 3090", "Radeon RX 7900 XTX", "--engine", "llama.cpp", "--host-bandwidth", "DDR5-6000x2"]

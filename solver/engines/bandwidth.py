@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
+from solver.cards import DRIVER_MIB, Card, find_card
 from solver.engines.base import Engine, Required
-from solver.importers.cards import DRIVER_MIB, Card, find_card
 from solver.units import per_layer
 
 if TYPE_CHECKING:
@@ -124,7 +124,12 @@ class BytesSpeed(Engine):
     """An engine whose GPU time is bytes over bandwidth (llama.cpp, vLLM, SGLang)."""
 
     required: ClassVar[tuple[Required, ...]] = (
-        Required("model", "active_experts", "the experts each token uses per MoE layer"),
+        Required(
+            "model",
+            "active_experts",
+            "the experts each token uses per MoE layer, for the bytes a GPU reads",
+            when=lambda rig: any(g.layer_ms is None for g in rig.gpus),
+        ),
     )
 
     def check_gpus(self, rig: RigConfig, doc: YamlDoc) -> None:

@@ -89,11 +89,13 @@ class Table(Protocol):
 
 @dataclass(frozen=True)
 class Required:
-    """A key the engine needs: in which file (``rig`` or ``model``), its name, and what it means."""
+    """A key the engine needs: in which file (``rig`` or ``model``), its name, what it means, and
+    (``when``) for which rigs, if not for all."""
 
     file: str
     key: str
     what: str
+    when: Callable[[RigConfig], bool] | None = None
 
 
 StageCell = Callable[["Stage"], str]

@@ -316,7 +316,7 @@ class LlamaCpp(BytesSpeed):
         ("experts on CPU", lambda q: format_size(q.host_bytes)),
     ]
     required = (
-        *BytesSpeed.required,
+        Required("model", "active_experts", "the experts each token uses per MoE layer"),
         Required("rig", "host_bandwidth", "how fast the CPU streams offloaded experts, e.g. '60 GB/s'"),
     )
 
@@ -357,6 +357,7 @@ class LlamaCpp(BytesSpeed):
             "held_tensors": stage.held_pairs,
             "tensors": stage.visible_pairs,
             "cpu_ms": stage.miss_ms - stage.switch_ms,
+            "switch_ms": stage.switch_ms,
             "offload": [{"layer": layer, "tensors": list(names)} for layer, names in stage.offload],
         }
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from solver.importers.cards import DRIVER_MIB, Card, CardError, card
+from solver.cards import DRIVER_MIB, Card, CardError, card
 from solver.importers.hostmem import HostRate
 from solver.problem import REFERENCE_GHZ, REFERENCE_LAYER_MS, REFERENCE_SMS
 from solver.units import format_rate
@@ -96,7 +96,7 @@ def rig_yaml(
     if engine == "strata":
         head.append(f"# layer_ms is estimated from sms and clock_ghz (the boost clock): {estimate}.")
     else:
-        head.append("# mem_bandwidth: the vendor's figure, which solver/importers/cards.py cites per family.")
+        head.append("# mem_bandwidth: the vendor's figure, which solver/cards.py cites per family.")
     if model_ref is None:
         head.append(
             "# model: EDIT: name your model file here (relative to this file), or plan with --model FILE"
