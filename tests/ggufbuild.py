@@ -1,4 +1,5 @@
-"""Small GGUF files for the importer's tests, written with ``gguf.GGUFWriter`` (llama.cpp's own writer).
+"""Small GGUF files for the importer's tests, written with ``gguf.GGUFWriter`` (llama.cpp's own writer),
+and the headers llama.cpp's converter writes for published models, built from their configs.
 
 Run as a script (``python -m tests.ggufbuild DIR``) it writes a header the size of a real one (a
 151,936-token tokenizer with as many merges, Qwen3-235B-A22B's 1,131 tensors at Q4_K_M-like types)
