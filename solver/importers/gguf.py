@@ -176,7 +176,8 @@ def _moe_rule(meta: _Meta) -> str:
     """Which layers llama.cpp builds routed experts in, for a message."""
     where = "every layer"
     if meta.moe_step > 1:
-        where = f"the last layer of every {meta.moe_step} ({meta.key('interleave_moe_layer_step')} {meta.moe_step})"
+        step = f"{meta.key('interleave_moe_layer_step')} {meta.moe_step}"
+        where = f"the last layer of every {meta.moe_step} ({step})"
     if meta.leading_dense:
         where += f" from layer {meta.leading_dense} on ({meta.key('leading_dense_block_count')})"
     return f"llama.cpp builds them in {where} of a {meta.arch} model"
