@@ -668,8 +668,8 @@ def test_experts_outside_llama_cpps_layers_are_errors(tmp_path: Path) -> None:
     kv = base_kv("llama4", 4, interleave_moe_layer_step=2)
     path = write_and(tmp_path / "l.gguf", "llama4", kv, qwen3moe_layers(4, dense=(1,)))
     assert (
-        "layer 0 has routed expert tensors, but llama.cpp builds them in the last layer of every 2 (llama4.interleave_moe_layer_step 2)"
-        in error(path)
+        "layer 0 has routed expert tensors, but llama.cpp builds them in the last layer of every 2"
+        " (llama4.interleave_moe_layer_step 2)" in error(path)
     )
 
 
