@@ -159,6 +159,7 @@ class ModelConfig(_Strict):
     active_experts: Count | None = None
     expert_tensors: dict[str, PerLayerSize] | None = None
     max_context: Count | None = None
+    nextn_layers: Whole = 0
 
 
 _MESSAGES = {"missing": "missing (required)"}

@@ -69,12 +69,19 @@ def model_group() -> None:
     """Write a model file from a GGUF header or a Hugging Face config.json."""
 
 
+_KV_TYPE = click.option(
+    "--kv-type",
+    type=click.Choice(KV_TYPES),
+    default="f16",
+    show_default=True,
+    help="KV cache type, as llama.cpp's -ctk/-ctv (q8_0: 34 bytes per 32 values, q4_0: 18 per 32).",
+)
+
+
 @model_group.command("from-gguf")
 @click.argument("gguf_file", type=click.Path(path_type=Path))
 @_OUTPUT
-@click.option(
-    "--kv-type", type=click.Choice(KV_TYPES), default="f16", show_default=True, help="KV cache element type."
-)
+@_KV_TYPE
 @_PROFILE
 def from_gguf_cmd(gguf_file: Path, output: Path | None, kv_type: str, profile: Path | None) -> None:
     """Exact bytes from a GGUF file's header (the tensor data is never read)."""
@@ -98,21 +105,35 @@ def from_gguf_cmd(gguf_file: Path, output: Path | None, kv_type: str, profile: P
 @click.option(
     "--weights",
     required=True,
-    help="Weight scheme the bytes are estimated for: BF16, FP8, Q8_0, Q4_K, Q4_K_M or MXFP4.",
+    help="Weight scheme the bytes are estimated for: a GGUF quant (Q2_K..Q8_0, IQ1_S..IQ4_XS, IQ4_NL,"
+    " the _S/_M/_L mixes, MXFP4_MOE: llama-quantize's recipe) or a checkpoint (BF16, FP8, MXFP4); Q4_K"
+    " is one uniform type. docs/models.md lists them.",
 )
 @click.option("--name", help="Model name (default: the config's folder or file name).")
 @_OUTPUT
+@_KV_TYPE
 @_PROFILE
 def from_hf_cmd(
-    config_file: Path, weights: str, name: str | None, output: Path | None, profile: Path | None
+    config_file: Path,
+    weights: str,
+    name: str | None,
+    output: Path | None,
+    kv_type: str,
+    profile: Path | None,
 ) -> None:
     """Estimated bytes from a Hugging Face config.json and a weight scheme."""
     from solver.importers.hf import read_hf
     from solver.importers.modelfile import model_yaml
 
     try:
-        m = read_hf(config_file, weights, name)
-        options = {"--weights": weights.upper(), "--name": name, "--profile": profile, "-o": output}
+        m = read_hf(config_file, weights, name, kv_type)
+        options = {
+            "--weights": weights.upper(),
+            "--name": name,
+            "--kv-type": kv_type if kv_type != "f16" else None,
+            "--profile": profile,
+            "-o": output,
+        }
         m.command = _command(["model", "from-hf", config_file], options)
         text = model_yaml(m, _relative(profile, output) if profile else None)
         _emit(text, output, [config_file, *([profile] if profile else [])])

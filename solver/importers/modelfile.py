@@ -21,6 +21,7 @@ class ImportedModel:
     kv_bytes_per_token   KV cache bytes per token by kind
     sources              model-file key -> where its number came from, written as comments
     max_context          the longest context the model was trained for (written when known)
+    nextn_layers         next-token-prediction blocks the GGUF file has after the L layers
     """
 
     name: str
@@ -40,7 +41,14 @@ class ImportedModel:
     command: str = ""
     sources: dict[str, str] = field(default_factory=dict)
     max_context: int | None = None
+    nextn_layers: int = 0
 
+
+#: Most layers (or blocks) a model file may have: far above any published model (the largest have
+#: a few hundred), and small enough that per-layer lists stay small. Checked before anything is built.
+MAX_LAYERS = 10_000
+#: Most routed experts a layer may have (published models have at most a few hundred).
+MAX_EXPERTS = 65_536
 
 #: Width the per-layer lists are wrapped at.
 LINE_WIDTH = 100
@@ -106,7 +114,7 @@ def model_yaml(m: ImportedModel, profile: str | None = None) -> str:
     head = [f"# {m.name}: model file written by `{m.command}`." if m.command else f"# {m.name}: model file."]
     if m.estimate:
         head += [
-            "# ESTIMATE: the bytes come from the weight scheme's bits per tensor class, not from the weights",
+            "# ESTIMATE: the bytes come from the weight scheme's type for each tensor, not from the weights",
             "# file itself; import the GGUF file (solve model from-gguf) for exact bytes.",
         ]
     if m.sources:
@@ -150,6 +158,8 @@ def model_yaml(m: ImportedModel, profile: str | None = None) -> str:
         body.append(_line("last_stage_bytes", m.last_stage_bytes, _mib(m.last_stage_bytes)))
     if m.max_context:
         body.append(_line("max_context", m.max_context))
+    if m.nextn_layers:
+        body.append(_line("nextn_layers", m.nextn_layers, "MTP blocks after the layers (llama.cpp slots)"))
     if m.expert_tensors:
         body.append(
             "expert_tensors:                   # routed expert tensors of each layer, all experts, bytes"
