@@ -272,7 +272,9 @@ def _export_flags(engine: str, result: Result) -> list[str]:
     if len(p.host_names) > 1:  # the machine listed first in the rig runs the main command
         hosts = Hosts(tuple(p.host_names[h] for h in p.hosts), local=p.host_names[0])
     try:
-        return export_lines(engine, plan.gpus, plan.cuts, p.n_layers, offload, hosts=hosts)
+        return export_lines(
+            engine, plan.gpus, plan.cuts, p.n_layers, offload, extra_blocks=p.nextn_layers, hosts=hosts
+        )
     except ValueError as exc:
         click.echo(f"--export {engine}: {exc}", err=True)
         sys.exit(EXIT_INPUT)

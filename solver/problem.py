@@ -53,6 +53,8 @@ class Problem:
     speed              bandwidths and constants of the speed-from-bytes engines (None: every GPU's
                        time per layer is its layer_ms); dense_bytes (L,) the weights a token reads per
                        layer besides experts; active_experts the experts a token uses per MoE layer
+    nextn_layers       blocks the engine's file holds after the planned layers (MTP), placed on the
+                       last device with the output
     unit_slot (U,)     llama.cpp's unit's position among its layer's tensors (the model's order)
     pair_layer (N,)    layer of rank r; pair_bytes (N,) its cached size; mass (N,) its routed mass
     free, reserve (k,) bytes; layer_ms (k,) ms per layer; min_layers, max_layers (k,)
@@ -97,6 +99,7 @@ class Problem:
     dense_bytes: np.ndarray | None = None
     active_experts: int = 0
     unit_slot: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    nextn_layers: int = 0
 
     @property
     def n_layers(self) -> int:
@@ -272,6 +275,7 @@ def resolve(
         host_memory=rig.host_memory,
         engine=rig.engine,
         kv_per_layer=np.array(kv_per_layer_of(model), dtype=np.int64),
+        nextn_layers=model.nextn_layers,
         **extra,
     )
     _check_scales(p, files.get("rig", rig_name))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -170,3 +171,26 @@ def test_host_memory_bounds_the_experts_left_in_host_ram(tmp_path):
     table = CliRunner().invoke(cli, [str(tiny_rig(tmp_path, gpus=gpus)), "--workers", "1"]).stdout
     [row] = [line.split() for line in table.splitlines() if "experts in host RAM" in line]
     assert row[4:6] == [str(least), "B"]  # the plan's column (the baseline's follows)
+
+
+def test_llama_export_counts_the_mtp_blocks_as_slots(tmp_path):
+    """GLM-4.5-Air's GGUF holds one next-token-prediction block after its 46 layers: llama.cpp maps 47
+    blocks and the output over the --tensor-split, so the export must count the extra block or one layer
+    lands on the wrong card."""
+    from engine_mapping import llama_slot_devices, llama_tensor_split, parse_lines
+
+    rig = tmp_path / "glm.yaml"
+    text = Path("rigs/glm-air-5090-4090.yaml").read_text()
+    model = (Path("models") / "glm-4.5-air-q4_k_m.yaml").resolve()
+    text = text.replace('model: "../models/glm-4.5-air-q4_k_m.yaml"', f'model: "{model}"')
+    rig.write_text(text.replace("miss_ms: 190", "engine: llama.cpp\nhost_bandwidth: 60 GB/s"))
+    code, d = _json(str(rig), "--export", "llama.cpp")
+    assert code == 0, d
+    _, flags = parse_lines(d["export"]["lines"])
+    n, blocks = d["stages"][-1]["end"], 46 + 1
+    devices = llama_slot_devices(
+        llama_tensor_split(flags["--tensor-split"]), blocks, int(flags["-ngl"]), len(d["stages"])
+    )
+    for i, s in enumerate(d["stages"]):
+        assert devices[s["start"] : s["end"]] == [i] * (s["end"] - s["start"])
+    assert n == 46 and devices[n:] == [len(d["stages"]) - 1] * 2  # the MTP block and the output
