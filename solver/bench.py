@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from solver.options import SECONDS, Finite
+
 if TYPE_CHECKING:  # the plan command imports this module: keep its start-up light
     from rich.console import Console
 
@@ -590,7 +592,7 @@ def default_rigs() -> list[Path]:
 @click.option("--repeat", type=click.IntRange(min=1), default=5, show_default=True, help="Runs per piece.")
 @click.option(
     "--budget",
-    type=click.FloatRange(min=0),
+    type=Finite(min=0),
     default=2.0,
     show_default=True,
     help="Stop repeating a piece once its runs took SECONDS (it runs at least once).",
@@ -603,7 +605,7 @@ def default_rigs() -> list[Path]:
 )
 @click.option(
     "--sweep-limit",
-    type=click.FloatRange(min=0, min_open=True),
+    type=SECONDS,
     default=5.0,
     show_default=True,
     help="Sweep: CP-SAT time limit per plan (status feasible when it stops the proof).",
@@ -624,7 +626,7 @@ def default_rigs() -> list[Path]:
 )
 @click.option(
     "--network-ms",
-    type=click.FloatRange(min=0),
+    type=Finite(min=0),
     default=DEFAULT_NETWORK_MS,
     show_default=True,
     help="Sweep: ms a stage boundary between two hosts costs.",
