@@ -330,6 +330,9 @@ def probe_cmd(
     except ValueError as exc:
         click.echo(f"--reserve: {exc}", err=True)
         sys.exit(EXIT_INPUT)
+    if host is not None and not host.strip():
+        click.echo("--host: is empty; name this machine, or leave --host out", err=True)
+        sys.exit(EXIT_INPUT)
     try:
         text = run(output, model, context, reserve_bytes, force, host=host, gpus_only=gpus_only)
     except ProbeError as exc:

@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from solver.atomicfile import refuse_inputs, write_atomic
-from solver.config import load_model, shown_path
+from solver.config import host_problem, load_model, shown_path
 from solver.errors import InputError
 
 EXIT_INPUT = 2
@@ -159,6 +159,9 @@ def rig_new_cmd(
         reserve_bytes = parse_size(reserve)
     except ValueError as exc:
         _fail(f"--reserve: {exc}")
+    bad = host_problem([c.split(":", 1)[0].strip() if ":" in c else None for c in cards])
+    if bad is not None:
+        _fail(f"solve rig new: {cards[bad[0]]!r}: host {bad[1]}")
     try:
         if model is not None:
             load_model(model)
