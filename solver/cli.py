@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, ClassVar
 import click
 from rich.console import Console
 
+from solver import interrupt
 from solver.atomicfile import atomic_open, output_kind, refuse_inputs
 from solver.config import shown_path
 from solver.console import console as make_console
@@ -32,7 +33,9 @@ from solver.solvers import Limits
 if TYPE_CHECKING:
     from solver.planner import Result
 
-EXIT_INPUT, EXIT_INFEASIBLE, EXIT_DISAGREE = 2, 3, 4
+EXIT_INPUT, EXIT_NO_PLAN, EXIT_DISAGREE = 2, 3, 4
+#: The statuses that come with a plan; any other (infeasible, unknown) exits EXIT_NO_PLAN.
+PLANNED = ("optimal", "feasible")
 
 
 class _UsageLine(click.ClickException):
@@ -276,8 +279,8 @@ def plan_cmd(
             console.print(f"\n[bold]{export}[/bold] flags:")
             for line in flags:
                 click.echo(line)
-    if result.plan is None:
-        sys.exit(EXIT_INFEASIBLE)
+    if result.plan is None or result.status not in PLANNED:
+        sys.exit(EXIT_NO_PLAN)
     if result.oracle is not None and not result.oracle.agrees:
         sys.exit(EXIT_DISAGREE)
 
@@ -358,8 +361,9 @@ def calibrate_cmd(points: tuple[str, ...], logs: tuple[Path, ...], model: Path |
 
 
 def main() -> None:
-    """Console-script entry point."""
-    cli()
+    """``python -m solver.cli``: the CLI with Ctrl-C as one line and exit 130 (the ``solve`` script is
+    ``solver.interrupt.main``, which catches it from before these imports)."""
+    interrupt.run(cli)
 
 
 if __name__ == "__main__":
