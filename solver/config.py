@@ -283,7 +283,43 @@ def load_rig(path: Path) -> tuple[RigConfig, YamlDoc]:
             raise doc.error(("gpus", i, key), "missing (required)")
         if gpu.max_layers is not None and gpu.max_layers < gpu.min_layers:
             raise doc.error(("gpus", i, "max_layers"), f"is below min_layers ({gpu.min_layers})")
+    bad = host_problem([gpu.host if "host" in gpu.model_fields_set else None for gpu in rig.gpus])
+    if bad is not None:
+        raise doc.error(("gpus", bad[0], "host"), bad[1])
     return rig, doc
+
+
+_ALL_OR_NONE = "give every GPU a host, or none (all on one machine)"
+
+
+def host_problem(hosts: list[str | None]) -> tuple[int, str] | None:
+    """The first GPU whose host breaks the rules, and why; None when they hold.
+
+    ``hosts`` is each GPU's host as written (None: left out). A name must not be blank; every GPU names
+    its host or none does (a rig half of which forgot ``host:`` would put that half on a machine
+    ``local`` the others never meant); and two names that differ only in case or surrounding spaces
+    are one machine misspelt, not two.
+    """
+    for i, host in enumerate(hosts):
+        if host is not None and not host.strip():
+            return i, "is empty; name the machine, or leave host out on every GPU"
+    named = [i for i, host in enumerate(hosts) if host is not None]
+    if named and len(named) < len(hosts):
+        if hosts[0] is None:
+            return named[0], f"{brief(hosts[named[0]])}, but GPU 0 names no host: {_ALL_OR_NONE}"
+        i = hosts.index(None)
+        return i, f"missing, but GPU 0 names host {brief(hosts[0])}: {_ALL_OR_NONE}"
+    seen: dict[str, int] = {}
+    for i, host in enumerate(hosts):
+        if host is None:
+            continue
+        first = seen.setdefault(host.strip().casefold(), i)
+        if hosts[first] != host:
+            return i, (
+                f"{brief(host)} differs from host {brief(hosts[first])} of GPU {first} only in case or "
+                "spaces; spell one machine one way"
+            )
+    return None
 
 
 def check_host_runs(rig: RigConfig, doc: YamlDoc) -> None:

@@ -6,6 +6,7 @@ import time
 
 import numpy as np
 
+from solver import interrupt
 from solver.arcs import Arcs, best_through
 from solver.engines import Table, engine_of
 from solver.problem import Problem
@@ -161,7 +162,7 @@ def _core_reason(p: Problem, table: Table, time_limit: float = CORE_TIME) -> str
         model.clear_assumptions()
         model.add_assumptions([lits[r] for r in active])
         solver.parameters.max_time_in_seconds = max(0.05, deadline - time.perf_counter())
-        status = solver.solve(model)
+        status = interrupt.solve(solver, model)
         timed_out |= status == cp_model.UNKNOWN
         return status == cp_model.INFEASIBLE
 

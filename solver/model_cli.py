@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from solver.atomicfile import refuse_inputs, write_atomic
-from solver.config import load_model, shown_path
+from solver.config import host_problem, load_model, shown_path
 from solver.errors import InputError
 
 EXIT_INPUT = 2
@@ -206,6 +206,9 @@ def rig_new_cmd(
         _fail(f"--host-bandwidth: engine {engine} {why}; only llama.cpp reads host_bandwidth")
     if host_memory is not None and engine in ("vllm", "sglang"):
         _fail(f"--host-memory: engine {engine} keeps every weight in VRAM; it reads no host_memory")
+    bad = host_problem([c.split(":", 1)[0].strip() if ":" in c else None for c in cards])
+    if bad is not None:
+        _fail(f"solve rig new: {cards[bad[0]]!r}: host {bad[1]}")
     try:
         rate = parse_host_bandwidth(host_bandwidth) if host_bandwidth is not None else None
     except ValueError as exc:

@@ -18,6 +18,7 @@ from typing import Any
 
 import click
 
+from solver.atomicfile import output_kind, write_atomic
 from solver.cards import AmbiguousCard, Card, find_card
 from solver.config import load_model, shown_path
 from solver.errors import InputError
@@ -440,6 +441,11 @@ def run(
     """Probe, write the rig to ``output`` (or return it for stdout); report to stderr. Raises ProbeError."""
     if output is not None and output.exists() and not force:
         raise ProbeError(f"{shown_path(output)}: already exists (give --force to overwrite)", EXIT_INPUT)
+    if output is not None:
+        try:
+            output_kind(output, shown_path(output))
+        except InputError as exc:
+            raise ProbeError(str(exc), EXIT_INPUT) from None
     if reserve % MIB:
         raise ProbeError(f"--reserve: give whole MiB, got {reserve} bytes", EXIT_INPUT)
     model_ref = None
@@ -473,8 +479,8 @@ def run(
         click.echo("EDIT model: name your model file in the rig, or plan with --model FILE", err=True)
     if output is not None:
         try:
-            output.write_text(text)
-        except OSError as exc:
-            raise ProbeError(f"{shown_path(output)}: cannot write: {exc.strerror}", EXIT_INPUT) from None
+            write_atomic(output, shown_path(output), text)
+        except InputError as exc:
+            raise ProbeError(str(exc), EXIT_INPUT) from None
         click.echo(f"wrote {shown_path(output)}", err=True)
     return text

@@ -153,7 +153,7 @@ def test_bad_host_options_are_one_line_and_exit_2(args, says):
         (["Radeon RX 7900 XTX"], "has no SM count in the card table"),
         (["RTX 4060 Ti", "--engine", "vllm"], '"RTX 4060 Ti 8GB" (8 GiB, 288 GB/s), "RTX 4060 Ti 16GB"'),
         (["a:RTX 4900"], "'a:RTX 4900': unknown card 'RTX 4900' (closest: RTX 4090"),
-        ([":RTX 3090"], "name the machine before the colon"),
+        ([":RTX 3090"], "host is empty; name the machine"),
         (["a:"], "name the card after the colon"),
         (["RTX 3090", "--reserve", "lots"], "--reserve:"),
         ([], "name at least one card"),
