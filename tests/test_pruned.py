@@ -17,7 +17,7 @@ from solver import hostsplit, lagrange, planner, windows
 from solver.arcs import build_arcs, subset
 from solver.engines import build_table
 from solver.planner import dp_hint, exact_on, plan_rig
-from solver.solvers import Limits, stage_key, subsetdp
+from solver.solvers import Limits, Solution, stage_key, subsetdp
 from solver.solvers.cpsat import solve_cpsat
 from solver.solvers.dp import path_minimax, solve_dp
 from solver.solvers.exhaustive import _orders, solve_exhaustive
@@ -267,3 +267,40 @@ def test_the_throughput_objective_cuts_by_windows_and_agrees_with_the_dp(monkeyp
         got, want = planner.solve_plan(arcs, Limits(workers=1)), solve_dp(arcs)
         assert got.info.get("windows") and got.info["pruned_arcs"] < len(arcs) / 50
         assert (got.status, got.gpus, got.cuts) == (want.status, want.gpus, want.cuts)
+
+
+def test_pruned_solve_under_binding_host_memory_limits_returns_the_exhaustive_plan():
+    """The exact cuts (host split, windows) leave the host-memory limit out: an answer they lose to
+    it falls back to the rounds, never stands as the optimum or as infeasible. Small free orders,
+    some over two hosts, each under limits that change its exhaustive plan."""
+    binding = hosts = 0
+    for seed in range(200):
+        rng = np.random.default_rng(seed)
+        k = int(rng.integers(2, 5))
+        p = random_problem(
+            seed,
+            n_layers=int(rng.integers(2 * k + 1, 10)),
+            n_gpus=k,
+            experts=int(rng.integers(1, 7)),
+            order="auto",
+            objective=["time", "mass", "throughput"][seed % 3],
+            tight=float(rng.uniform(0.8, 2.0)),
+            twins=bool(seed % 2),
+        )
+        p = hosted(p, rng.integers(0, 2, k).tolist() if seed % 4 else None)
+        arcs = build_arcs(p, build_table(p))
+        if not applies(arcs):
+            continue
+        free = solve_exhaustive(arcs)
+        for share in (0.1, 0.3, 0.5):
+            limited = dataclasses.replace(arcs, host_limit=int(share * arcs.host.max() * k))
+            want = solve_exhaustive(limited)
+            if (want.gpus, want.cuts) == (free.gpus, free.cuts):
+                continue
+            binding, hosts = binding + 1, hosts + (arcs.n_hosts > 1)
+            got = solve_pruned(limited, Limits(workers=1), dp_hint(limited), exact_on)
+            got = got or Solution("none", "infeasible")  # None: no relaxed path covers the layers
+            assert (got.status, got.gpus, got.cuts) == (want.status, want.gpus, want.cuts), (seed, share)
+            product = planner.solve_plan(limited, Limits(workers=1))  # the DP refuses; the cut answers
+            assert (product.status, product.gpus, product.cuts) == (want.status, want.gpus, want.cuts)
+    assert binding > 20 and hosts > 5
