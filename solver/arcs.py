@@ -318,6 +318,14 @@ def best_through(arcs: Arcs, weight: np.ndarray, sense: str) -> np.ndarray:
     return through.min(axis=0) if sense == "min" else through.max(axis=0)
 
 
+def by_gpu(arcs: Arcs) -> list[np.ndarray]:
+    """Arc numbers of each GPU, ascending: one sort, where a scan of the table per GPU costs k
+    passes over it (seconds on a thousand GPUs)."""
+    order = np.argsort(arcs.gpu, kind="stable")
+    cut = np.searchsorted(arcs.gpu[order], np.arange(arcs.n_gpus + 1))
+    return [order[cut[g] : cut[g + 1]] for g in range(arcs.n_gpus)]
+
+
 def gpu_classes(arcs: Arcs) -> np.ndarray:
     """Class of each GPU, shape (k,): identical GPUs (the ``twins`` chains) share one, numbered from 0."""
     cls = np.arange(arcs.n_gpus)

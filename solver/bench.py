@@ -310,14 +310,22 @@ def draw_cards(seed: int, n_gpus: int, shape: SweepShape, rng: Any) -> list[Card
 
 
 def sweep_problem(
-    seed: int, n_gpus: int, n_layers: int, experts: int, order: str, shape: SweepShape | None = None
+    seed: int,
+    n_gpus: int,
+    n_layers: int,
+    experts: int,
+    order: str,
+    shape: SweepShape | None = None,
+    objective: str = "time",
+    idle_gpus: bool = False,
 ) -> Any:
     """A synthetic rig of real card types with an MoE model whose experts fill about 1.6x its room.
 
     Layers hold 60-120 MiB each (dense + KV), every card needs 1 GiB of buffers and 700 MiB of
     reserve, and the expert size is set so that the cards can cache about 60% of all experts;
     routing counts come from the synthetic profile generator with the same seed. ``shape`` sets
-    the card kinds and hosts (default: 7 kinds, one host).
+    the card kinds and hosts (default: 7 kinds, one host); ``objective`` and ``idle_gpus`` how it
+    is planned (they leave the rig itself as the seed draws it).
     """
     import numpy as np
 
@@ -361,6 +369,8 @@ def sweep_problem(
         last_stage_bytes=last,
         first_stage_min_layers=2,
         order=order,
+        objective=objective,
+        idle_gpus=idle_gpus,
         **hosts,
     )
 
@@ -377,13 +387,24 @@ class SweepPoint:
     kinds: int
     hosts: int
     network_ms: float
+    objective: str = "time"
+    idle_gpus: bool = False
 
     @property
     def shape(self) -> SweepShape:
         return SweepShape(self.kinds, self.hosts, self.network_ms)
 
     def problem(self) -> Any:
-        return sweep_problem(self.seed, self.gpus, self.layers, self.experts, self.order, self.shape)
+        return sweep_problem(
+            self.seed,
+            self.gpus,
+            self.layers,
+            self.experts,
+            self.order,
+            self.shape,
+            self.objective,
+            self.idle_gpus,
+        )
 
 
 @dataclass(frozen=True)
@@ -650,6 +671,16 @@ def default_rigs() -> list[Path]:
     callback=_orders,
     help="Sweep: GPU orders, comma-separated.",
 )
+@click.option(
+    "--objective",
+    type=click.Choice(["time", "mass", "throughput"]),
+    default="time",
+    show_default=True,
+    help="Sweep: what the plans optimise.",
+)
+@click.option(
+    "--idle-gpus", is_flag=True, help="Sweep: plans may leave GPUs out (then layers may be fewer than GPUs)."
+)
 @click.option("--process", is_flag=True, help="Also time `solve RIG --json` in a fresh interpreter.")
 @click.option(
     "--exhaustive-limit",
@@ -681,6 +712,8 @@ def bench(
     hosts: int,
     network_ms: float,
     orders: list[str],
+    objective: str,
+    idle_gpus: bool,
     process: bool,
     exhaustive_limit: int,
     workers: int | None,
@@ -727,28 +760,38 @@ def bench(
         sweep_settings = Settings(repeat, budget, settings.workers, exhaustive_limit, sweep_limit)
         sweep_rows = []
         for order, k, n in ((o, k, n) for o in orders for k in gpus for n in layers):
-            if n < k + 1:
+            if n < (2 if idle_gpus else k + 1):  # every GPU runs a layer, the first two (idle: one GPU)
                 continue
             if show:
                 err.print(f"[dim]bench: sweep {k} GPUs x {n} layers, {order} ...[/dim]")
-            point = SweepPoint(k * 1000 + n, k, n, experts, order, kinds, hosts, network_ms)
+            point = SweepPoint(
+                k * 1000 + n, k, n, experts, order, kinds, hosts, network_ms, objective, idle_gpus
+            )
             row = measure(point.problem(), sweep_settings)
             row.fresh = fresh_point(point, sweep_settings)
             sweep_rows.append(row)
     if as_json:
         out = to_json(settings, imports, rows, sweep_rows, experts, sweep_limit)
         if sweep_rows is not None:
-            out["sweep"].update(kinds=kinds, hosts=hosts, network_ms=network_ms, orders=orders)
+            out["sweep"].update(
+                kinds=kinds,
+                hosts=hosts,
+                network_ms=network_ms,
+                orders=orders,
+                objective=objective,
+                idle_gpus=idle_gpus,
+            )
         click.echo(json.dumps(out, indent=2))
     else:
         kind_text = "every GPU a different card" if kinds == 0 else f"{kinds} card kinds"
         hosts_text = f" per host, {hosts} hosts {network_ms:g} ms apart" if hosts > 1 else ""
+        plan_text = f"objective {objective}{', idle GPUs' if idle_gpus else ''}, time limit {sweep_limit:g} s"
         report(
             settings,
             imports,
             rows,
             sweep_rows,
-            f"{experts} experts per layer, {kind_text}{hosts_text}, time limit {sweep_limit:g} s",
+            f"{experts} experts per layer, {kind_text}{hosts_text}, {plan_text}",
         )
 
 

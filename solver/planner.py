@@ -222,23 +222,26 @@ def plan_rig(p: Problem, limits: Limits | None = None, check: bool = False) -> R
     return result
 
 
-def idle_costs(arcs: Arcs, plan: Placement) -> dict[int, float | None]:
+def idle_costs(arcs: Arcs, plan: Placement, deadline: float | None = None) -> dict[int, float | None] | None:
     """Per idle GPU, how many ms more the best window of a plan that uses it is than the plan's
     (None: no plan can use it). The mass objective ranks the plans that use it by mass first; a
-    ``host_memory`` limit is not applied to those plans (the figure is then a lower bound)."""
+    ``host_memory`` limit is not applied to those plans (the figure is then a lower bound). None for
+    the whole answer when ``deadline`` stops the DP."""
     idle = sorted(set(range(arcs.n_gpus)) - set(plan.gpus))
-    forced = forced_times(arcs, idle)
+    forced = forced_times(arcs, idle, deadline)
+    if forced is None:
+        return None
     return {g: None if t is None else round(arcs.window_ms(t) - plan.window_ms, 6) for g, t in forced.items()}
 
 
 def idle_report(arcs: Arcs, plan: Placement, limits: Limits) -> dict[int, float | None] | None:
-    """``idle_costs`` where the host/idle DP takes the rig (a free order of up to about 9 GPUs), else
-    by one CP-SAT chain per idle GPU, all within IDLE_COST_S seconds and what is left of the time
-    limit; None: not computed (a solve cut short)."""
-    if subset_steps(arcs) <= MAX_STEPS:
-        return idle_costs(arcs, plan)
+    """``idle_costs`` where the host/idle DP takes the rig (the order as given, or a free order of up
+    to about 9 GPUs), else by one CP-SAT chain per idle GPU; all within IDLE_COST_S seconds and what
+    is left of the time limit. None: not computed (a solve cut short)."""
     now = time.perf_counter()
     end = min(limits.deadline(now) or np.inf, now + IDLE_COST_S)
+    if subset_steps(arcs) <= MAX_STEPS:
+        return idle_costs(arcs, plan, end)
     limits = dataclasses.replace(limits, started=now, time_limit=end - now)
     out: dict[int, float | None] = {}
     for g in sorted(set(range(arcs.n_gpus)) - set(plan.gpus)):

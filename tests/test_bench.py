@@ -222,3 +222,18 @@ def test_sweep_shape_errors_are_usage_errors():
     assert res.exit_code == 2 and "6 GPUs do not divide" in res.output
     res = run("--sweep", "--orders", "auto,random")
     assert res.exit_code == 2 and "as-given, auto" in res.output
+
+
+def test_sweep_plans_for_the_objective_and_idle_gpus_asked(write):
+    grid = ("--gpus", "3", "--layers", "2,6", "--experts", "4", "--orders", "as-given")
+    res = run(
+        "--rig", str(tiny_rig(write)), "--repeat", "1", "--budget", "0", "--json", "--sweep", *grid,
+        "--objective", "throughput", "--idle-gpus",
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    sweep = json.loads(res.stdout)["sweep"]
+    assert (sweep["objective"], sweep["idle_gpus"]) == ("throughput", True)
+    rows = sweep["rows"]
+    assert [(r["gpus"], r["layers"]) for r in rows] == [(3, 2), (3, 6)]  # idle GPUs: fewer layers than GPUs
+    for r in rows:
+        check_fresh_process(r)

@@ -13,13 +13,13 @@ from factory import random_problem
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from solver import hostsplit, lagrange, planner
-from solver.arcs import build_arcs
+from solver import hostsplit, lagrange, planner, windows
+from solver.arcs import build_arcs, subset
 from solver.engines import build_table
 from solver.planner import dp_hint, exact_on, plan_rig
-from solver.solvers import Limits, stage_key, subsetdp
+from solver.solvers import Limits, Solution, stage_key, subsetdp
 from solver.solvers.cpsat import solve_cpsat
-from solver.solvers.dp import solve_dp
+from solver.solvers.dp import path_minimax, solve_dp
 from solver.solvers.exhaustive import _orders, solve_exhaustive
 from solver.solvers.pruned import applies, solve_pruned
 
@@ -207,3 +207,100 @@ def test_the_pruned_path_agrees_with_the_dp_under_every_engine(monkeypatch, engi
         got, want = planner.solve_plan(arcs, Limits(workers=1)), solve_dp(arcs)
         assert "pruned_arcs" in got.info or not len(arcs)
         assert (got.status, got.gpus, got.cuts) == (want.status, want.gpus, want.cuts)
+
+
+@st.composite
+def one_host_free_orders(draw: st.DrawFn):
+    """Small free-order rigs on one machine, some with identical GPUs (their class counts)."""
+    return small_free_order(draw, ["throughput"])
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(one_host_free_orders(), st.booleans())
+def test_window_passes_give_the_least_top_and_the_exact_best_time_through_every_arc(p, known):
+    """The capacity windows leave out no plan within the threshold: the min-max passes find the
+    least slowest stage of every plan, and the min-plus passes the best time through each arc."""
+    arcs = build_arcs(p, build_table(p))
+    plans = list(every_plan(arcs)) if len(arcs) else []
+    keys = stage_key(arcs)
+    if not plans:  # none at all: the passes prove it
+        if len(arcs):
+            top, proven = windows.least_top(arcs, keys, 0, None, None)
+            assert top is None and proven > keys.max()
+        return
+    tops = [int(keys[ids].max()) for ids in plans]
+    high = int(np.random.default_rng(len(arcs)).choice(tops)) if known else None
+    low = path_minimax(arcs, keys, np.ones(len(arcs), dtype=bool))
+    top, proven = windows.least_top(arcs, keys, low, high, None)
+    assert (top, proven) == (min(tops), min(tops))
+    sub = subset(arcs, keys <= top)
+    within = list(every_plan(sub))
+    best, through = windows.exact_through(sub, sub.time, None)
+    assert best == min(int(sub.time[ids].sum()) for ids in within)
+    want = np.full(len(sub), np.iinfo(np.int64).max // 2)
+    for ids in within:
+        np.minimum.at(want, ids, int(sub.time[ids].sum()))
+    assert (through == want).all()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(one_host_free_orders())
+def test_window_passes_stopped_by_the_deadline_keep_a_valid_lower_bound(p):
+    arcs = build_arcs(p, build_table(p))
+    plans = list(every_plan(arcs)) if len(arcs) else []
+    if not plans:
+        return
+    keys = stage_key(arcs)
+    low = path_minimax(arcs, keys, np.ones(len(arcs), dtype=bool))
+    top, proven = windows.least_top(arcs, keys, low, None, deadline=0.0)
+    assert top is None and low <= proven <= min(int(keys[ids].max()) for ids in plans)
+    assert windows.exact_through(arcs, arcs.time, deadline=0.0) is None
+
+
+def test_the_throughput_objective_cuts_by_windows_and_agrees_with_the_dp(monkeypatch):
+    """10 distinct cards x 48 layers (the class-count DP still takes them), DP-first off: the least
+    slowest stage by the window passes, the cut by the exact best time through each arc within it."""
+    monkeypatch.setattr(planner, "DP_FIRST_WORK", 0)
+    for seed in range(3):
+        p = distinct_cards(seed, 10, 48, "throughput")
+        arcs = build_arcs(p, build_table(p))
+        got, want = planner.solve_plan(arcs, Limits(workers=1)), solve_dp(arcs)
+        assert got.info.get("windows") and got.info["pruned_arcs"] < len(arcs) / 50
+        assert (got.status, got.gpus, got.cuts) == (want.status, want.gpus, want.cuts)
+
+
+def test_pruned_solve_under_binding_host_memory_limits_returns_the_exhaustive_plan():
+    """The exact cuts (host split, windows) leave the host-memory limit out: an answer they lose to
+    it falls back to the rounds, never stands as the optimum or as infeasible. Small free orders,
+    some over two hosts, each under limits that change its exhaustive plan."""
+    binding = hosts = 0
+    for seed in range(200):
+        rng = np.random.default_rng(seed)
+        k = int(rng.integers(2, 5))
+        p = random_problem(
+            seed,
+            n_layers=int(rng.integers(2 * k + 1, 10)),
+            n_gpus=k,
+            experts=int(rng.integers(1, 7)),
+            order="auto",
+            objective=["time", "mass", "throughput"][seed % 3],
+            tight=float(rng.uniform(0.8, 2.0)),
+            twins=bool(seed % 2),
+        )
+        p = hosted(p, rng.integers(0, 2, k).tolist() if seed % 4 else None)
+        arcs = build_arcs(p, build_table(p))
+        if not applies(arcs):
+            continue
+        free = solve_exhaustive(arcs)
+        for share in (0.1, 0.3, 0.5):
+            limited = dataclasses.replace(arcs, host_limit=int(share * arcs.host.max() * k))
+            want = solve_exhaustive(limited)
+            if (want.gpus, want.cuts) == (free.gpus, free.cuts):
+                continue
+            binding, hosts = binding + 1, hosts + (arcs.n_hosts > 1)
+            got = solve_pruned(limited, Limits(workers=1), dp_hint(limited), exact_on)
+            got = got or Solution("none", "infeasible")  # None: no relaxed path covers the layers
+            assert (got.status, got.gpus, got.cuts) == (want.status, want.gpus, want.cuts), (seed, share)
+            product = planner.solve_plan(limited, Limits(workers=1))  # the DP refuses; the cut answers
+            assert (product.status, product.gpus, product.cuts) == (want.status, want.gpus, want.cuts)
+    assert binding > 20 and hosts > 5

@@ -105,31 +105,55 @@ def relaxed_bound(arcs: Arcs) -> float | None:
     """A proven bound on the objective from a path pass over k stages, cheap at any size.
 
     With the order as given, stage s is GPU s and the pass is exact; with a free order it lets a GPU
-    repeat, a relaxation. It ignores ``host_limit``, which only makes plans worse. Window ms for
-    time, held mass for mass, the slowest stage's ms for throughput (a min-max pass); None when no
-    path of k arcs covers the layers.
+    repeat, a relaxation. With idle GPUs a plan has any number of stages: the pass takes paths of
+    any length (``_any_path``). It ignores ``host_limit``, which only makes plans worse. Window ms
+    for time, held mass for mass, the slowest stage's ms for throughput (a min-max pass); None when
+    no path covers the layers.
     """
-    if arcs.idle:  # plans of fewer stages than the pass counts
-        return None
     objective = arcs.objective
     weight = {"mass": arcs.mass, "time": arcs.time}.get(objective, stage_key(arcs))
     worst = np.iinfo(np.int64).min if objective == "mass" else np.iinfo(np.int64).max
     better = np.maximum if objective == "mass" else np.minimum
-    n, k = arcs.n_layers, arcs.n_gpus
+    if arcs.idle:
+        reach = _any_path(arcs, weight, worst, better)
+    else:
+        n, k = arcs.n_layers, arcs.n_gpus
+        reach = np.full(n + 1, worst, dtype=np.int64)
+        reach[0] = 0
+        for s in range(k):
+            on = (reach[arcs.start] != worst) & ((arcs.gpu == s) if arcs.order == "as-given" else True)
+            nxt = np.full(n + 1, worst, dtype=np.int64)
+            came = reach[arcs.start[on]]
+            step = np.maximum(came, weight[on]) if objective == "throughput" else came + weight[on]
+            better.at(nxt, arcs.end[on], step)
+            reach = nxt
+    if reach[arcs.n_layers] == worst:
+        return None
+    value = int(reach[arcs.n_layers])
+    if objective == "mass":
+        return value / MASS_SCALE
+    if objective == "throughput":
+        return value / 10**6
+    if arcs.idle:  # each host run costs entry_units: at least one run, at most one per host
+        value += arcs.entry_units * (1 if arcs.entry_units > 0 else arcs.n_hosts)
+    return arcs.window_ms(value)
+
+
+def _any_path(arcs: Arcs, weight: np.ndarray, worst: int, better: np.ufunc) -> np.ndarray:
+    """Per boundary, the best ``weight`` (summed; the largest for throughput) of a path of arcs from
+    layer 0 to it, any GPUs, any number of them: one sweep, arcs grouped by their start."""
+    n = arcs.n_layers
+    order = np.argsort(arcs.start, kind="stable")
+    cut = np.searchsorted(arcs.start[order], np.arange(n + 2))
     reach = np.full(n + 1, worst, dtype=np.int64)
     reach[0] = 0
-    for s in range(k):
-        on = (reach[arcs.start] != worst) & ((arcs.gpu == s) if arcs.order == "as-given" else True)
-        nxt = np.full(n + 1, worst, dtype=np.int64)
-        came = reach[arcs.start[on]]
-        step = np.maximum(came, weight[on]) if objective == "throughput" else came + weight[on]
-        better.at(nxt, arcs.end[on], step)
-        reach = nxt
-    if reach[n] == worst:
-        return None
-    if objective == "mass":
-        return int(reach[n]) / MASS_SCALE
-    return int(reach[n]) / 10**6 if objective == "throughput" else arcs.window_ms(int(reach[n]))
+    for p in range(n):  # arcs go forward: boundary p is final once every arc into it is seen
+        if reach[p] == worst:
+            continue
+        ids = order[cut[p] : cut[p + 1]]
+        step = np.maximum(reach[p], weight[ids]) if arcs.objective == "throughput" else reach[p] + weight[ids]
+        better.at(reach, arcs.end[ids], step)
+    return reach
 
 
 def stage_key(arcs: Arcs) -> np.ndarray:

@@ -21,6 +21,7 @@ import time
 import numpy as np
 
 from solver.arcs import Arcs
+from solver.arcs import by_gpu as arcs_by_gpu
 from solver.scales import MASS_SCALE
 from solver.solvers import Limits, Solution, TooLarge, stage_key
 
@@ -49,8 +50,7 @@ def arc_classes(arcs: Arcs) -> np.ndarray:
     seen: dict[bytes, int] = {}
     out = np.empty(arcs.n_gpus, dtype=np.int64)
     fields = (arcs.start, arcs.end, arcs.time, arcs.mass, arcs.bottleneck, arcs.stage, arcs.spare, arcs.host)
-    for g in range(arcs.n_gpus):
-        on = arcs.gpu == g
+    for g, on in enumerate(arcs_by_gpu(arcs)):
         key = np.stack([f[on] for f in fields]).tobytes()
         out[g] = seen.setdefault(key, len(seen))
     return out
@@ -70,7 +70,7 @@ class _Graph:
         self.arcs = arcs
         self.free_order = arcs.order == "auto"
         k = arcs.n_gpus
-        by_gpu = [np.flatnonzero(arcs.gpu == g) for g in range(k)]
+        by_gpu = arcs_by_gpu(arcs)
         if not self.free_order:
             self.by_link = by_gpu
             self.levels = list(range(k + 1))

@@ -27,7 +27,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from solver import hostsplit, lagrange
+from solver import hostsplit, lagrange, windows
 from solver.arcs import Arcs, subset
 from solver.scales import MASS_SCALE
 from solver.solvers import Limits, Solution, plan_arcs, stage_key, usable
@@ -63,8 +63,13 @@ def solve_pruned(arcs: Arcs, limits: Limits, hint: Solution | None, inner: Inner
     proven = None  # the objective's value, once settled (the throughput objective's slowest stage)
     if arcs.objective == "throughput":
         keys = stage_key(arcs)
-        top = _least_top(arcs, keys, limits, hint, inner, t0)
+        top, low = _least_top(arcs, keys, limits, hint, inner, t0)
+        if top is None and low > keys.max():  # no plan at all, proven exactly
+            return Solution("dp", "infeasible", info={"wall_ms": (time.perf_counter() - t0) * 1e3})
         if top is None:
+            if limits.left(t0) == 0:  # stopped: the hint, if any, with the slowest stage proven so far
+                stop = Solution(hint.name if hint is not None else "cut", "unknown")
+                return _stopped(arcs, stop, hint, 0, 0, low / 10**6, {})
             return None
         ids = usable(arcs, hint)
         if ids is None or keys[ids].max() > top:
@@ -73,6 +78,10 @@ def solve_pruned(arcs: Arcs, limits: Limits, hint: Solution | None, inner: Inner
         proven = top / 10**6
     if arcs.n_hosts > 1:
         got = _split(arcs, limits, hint, inner, t0, proven)
+        if got is not None:
+            return got
+    elif arcs.objective == "throughput":
+        got = _window_cut(arcs, limits, hint, inner, t0, proven)
         if got is not None:
             return got
     if arcs.objective != "mass":
@@ -92,32 +101,46 @@ def solve_pruned(arcs: Arcs, limits: Limits, hint: Solution | None, inner: Inner
 
 def _least_top(
     arcs: Arcs, keys: np.ndarray, limits: Limits, hint: Solution | None, inner: Inner, t0: float
-) -> int | None:
-    """The throughput objective's slowest stage key, proven: by the host split in the min-max
-    semiring where there are hosts, else by bisection on a threshold whose checks are cut solves
+) -> tuple[int | None, int]:
+    """The throughput objective's slowest stage key, proven, and the lower bound proven on the way;
+    None for the key when the deadline stops it or the bounds are out of reach.
+
+    Over hosts the host split in the min-max semiring answers, on one host the windowed min-max
+    passes (``solver.windows``). Both leave out ``host_limit``: under one, their answer only bounds
+    the key from below, and a bisection on a threshold settles it, its checks cut solves
     (``_within``), else CP-SAT's bisection (``least_top_stage``)."""
+    low = path_minimax(arcs, keys, np.ones(len(arcs), dtype=bool))
+    ids = usable(arcs, hint)
+    high = None if ids is None else int(keys[ids].max())
     if arcs.n_hosts > 1:
         split = hostsplit.exact_through(arcs, keys, np.maximum)
-        if split is not None:
-            return split[0]
+        top = None if split is None else split[0]
+    else:
+        top, low = windows.least_top(arcs, keys, low, high, limits.deadline(t0))
+    if top is not None:
+        if arcs.host_limit is None:
+            return top, top
+        low = max(low, top)
+    if limits.left(t0) == 0 or low > keys.max():
+        return None, low
     values = np.unique(keys)
-    lo = int(np.searchsorted(values, path_minimax(arcs, keys, np.ones(len(arcs), dtype=bool))))
-    plan = hint if usable(arcs, hint) is not None else _within(arcs, keys, int(values[-1]), limits, inner, t0)
+    lo = int(np.searchsorted(values, low))
+    plan = hint if ids is not None else _within(arcs, keys, int(values[-1]), limits, inner, t0)
     if plan is None:
-        return least_top_stage(arcs, limits, hint)
+        return least_top_stage(arcs, limits, hint), low
     if not plan.found:
-        return None  # no plan at all: the whole solve says why
+        return None, low  # no plan at all: the whole solve says why
     hi = int(np.searchsorted(values, keys[_ids(arcs, plan)].max()))
     while lo < hi:  # a plan found within a threshold lowers the top to its own slowest stage
         mid = (lo + hi) // 2
         got = _within(arcs, keys, int(values[mid]), limits, inner, t0)
         if got is None:
-            return least_top_stage(arcs, limits, hint)
+            return least_top_stage(arcs, limits, hint), int(values[lo])
         if got.found:
             hi = int(np.searchsorted(values, keys[_ids(arcs, got)].max()))
         else:
             lo = mid + 1
-    return int(values[lo])
+    return int(values[lo]), int(values[lo])
 
 
 def _within(
@@ -147,12 +170,48 @@ def _split(
         return None
     best, through = split
     cut = best if arcs.objective == "mass" else arcs.time_cap(best)
+    return _cut_solve(arcs, weight, best, through, cut, limits, hint, inner, t0, proven, "split_by_host")
+
+
+def _window_cut(
+    arcs: Arcs, limits: Limits, hint: Solution | None, inner: Inner, t0: float, proven: float | None
+) -> Solution | None:
+    """One host, the throughput objective's slowest stage settled: cut at the tie set by the exact
+    best time through each arc within the capacity windows (``solver.windows``), one solve. None
+    when the windows are too wide."""
+    split = windows.exact_through(arcs, arcs.time, limits.deadline(t0))
+    if split is None:
+        return None
+    best, through = split
+    cut = arcs.time_cap(best)
+    return _cut_solve(arcs, arcs.time, best, through, cut, limits, hint, inner, t0, proven, "windows")
+
+
+def _cut_solve(
+    arcs: Arcs,
+    weight: np.ndarray,
+    best: int,
+    through: np.ndarray,
+    cut: int,
+    limits: Limits,
+    hint: Solution | None,
+    inner: Inner,
+    t0: float,
+    proven: float | None,
+    how: str,
+) -> Solution | None:
+    """Solve the arcs whose exact best plan through them is within ``cut``, the tie set of the
+    optimum ``best`` of summed ``weight``: every tied plan, and no other, uses only them. The exact
+    values leave ``host_limit`` out, so an answer off that optimum (or none) means the limit cut it
+    off: None, and the rounds answer."""
     keep = through <= cut
     got = inner(subset(arcs, keep), _clamped(limits, arcs, cut, best, proven), hint)
-    info = {"pruned_arcs": int(keep.sum()), "rounds": 1, "split_by_host": True}
+    info = {"pruned_arcs": int(keep.sum()), "rounds": 1, how: True}
     info["wall_ms"] = (time.perf_counter() - t0) * 1e3
-    if got.status in ("optimal", "infeasible"):
+    if got.status == "optimal" and int(weight[_ids(arcs, got)].sum()) <= cut:
         return dataclasses.replace(got, info={**got.info, **info})
+    if got.status in ("optimal", "infeasible"):
+        return None
     return _stopped(arcs, got, hint, cut, best, proven, info)
 
 
