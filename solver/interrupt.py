@@ -17,7 +17,10 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # imported before the CLI, so without CP-SAT's own import time
+    from ortools.sat.python import cp_model
 
 #: The exit status of a run stopped by SIGINT: 128 + 2, as a shell reports a process the signal ended.
 EXIT_INTERRUPTED = 128 + signal.SIGINT
@@ -69,8 +72,8 @@ def run(command: Callable[[], object]) -> None:
 
     A process started with SIGINT ignored (a background job of a script, ``nohup``) keeps ignoring it.
     """
-    main_thread = threading.current_thread() is threading.main_thread()
-    if main_thread and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+    in_main = threading.current_thread() is threading.main_thread()
+    if in_main and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, _on_sigint)
     try:
         command()
@@ -91,7 +94,11 @@ def main() -> None:
     run(command)
 
 
-def solve(solver: Any, model: Any, callback: Any = None) -> Any:
+def solve(
+    solver: cp_model.CpSolver,
+    model: cp_model.CpModel,
+    callback: cp_model.CpSolverSolutionCallback | None = None,
+) -> cp_model.CpSolverStatus:
     """``solver.solve(model, callback)`` for a CP-SAT ``solver``, stopped by Ctrl-C.
 
     Off the main thread (where no signal arrives) it is the plain call. CP-SAT's own SIGINT catching is
