@@ -53,6 +53,7 @@ class Problem:
     speed              bandwidths and constants of the speed-from-bytes engines (None: every GPU's
                        time per layer is its layer_ms); dense_bytes (L,) the weights a token reads per
                        layer besides experts; active_experts the experts a token uses per MoE layer
+    host_bandwidth     bytes/s the CPU streams experts kept in host memory at (llama.cpp's unit_ms)
     nextn_layers       blocks the engine's file holds after the planned layers (MTP), placed on the
                        last device with the output
     unit_slot (U,)     llama.cpp's unit's position among its layer's tensors (the model's order)
@@ -100,6 +101,7 @@ class Problem:
     active_experts: int = 0
     unit_slot: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     nextn_layers: int = 0
+    host_bandwidth: int | None = None
 
     @property
     def n_layers(self) -> int:

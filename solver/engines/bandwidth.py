@@ -13,6 +13,7 @@ come from public measurements: docs/reference.md, "Speed from bytes", gives each
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
@@ -85,6 +86,35 @@ def resolve_speed(rig: RigConfig) -> Speed:
         switch_ms=SWITCH_MS if rig.switch_ms is None else rig.switch_ms,
         depth=rig.depth,
     )
+
+
+def with_constants(
+    p: Problem,
+    *,
+    host_bandwidth: float | None = None,
+    gpu_efficiency: float | None = None,
+    layer_overhead_ms: float | None = None,
+    switch_ms: float | None = None,
+    handoff_ms: float | None = None,
+    depth: int | None = None,
+) -> Problem:
+    """The problem with other effective constants (what calibration tries): CPU times follow
+    ``host_bandwidth``, GPU times the rest. None keeps a constant as it is."""
+    sp = speed_of(p)
+    speed = dataclasses.replace(
+        sp,
+        efficiency=sp.efficiency if gpu_efficiency is None else gpu_efficiency,
+        overhead_ms=sp.overhead_ms if layer_overhead_ms is None else layer_overhead_ms,
+        switch_ms=sp.switch_ms if switch_ms is None else switch_ms,
+        depth=sp.depth if depth is None else depth,
+    )
+    change: dict = {"speed": speed}
+    if host_bandwidth is not None and p.host_bandwidth:
+        change["unit_ms"] = p.unit_ms * (p.host_bandwidth / host_bandwidth)
+        change["host_bandwidth"] = host_bandwidth
+    if handoff_ms is not None:
+        change["handoff_ms"] = handoff_ms
+    return dataclasses.replace(p, **change)
 
 
 def speed_of(p: Problem) -> Speed:

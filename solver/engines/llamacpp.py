@@ -321,7 +321,8 @@ class LlamaCpp(BytesSpeed):
     )
 
     def problem_fields(self, rig: RigConfig, model: ModelConfig, experts: np.ndarray) -> dict:
-        return self.speed_fields(rig, model, experts) | llama_units(model, rig.host_bandwidth, experts)
+        units = llama_units(model, rig.host_bandwidth, experts)
+        return self.speed_fields(rig, model, experts) | units | {"host_bandwidth": rig.host_bandwidth}
 
     def table(self, p: Problem) -> LlamaTable:
         return LlamaTable.build(p)
