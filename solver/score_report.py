@@ -85,17 +85,7 @@ def print_score(s: Scored, r: Result, export: list[str] | None, console: Console
     p = s.problem
     title = f"{p.rig}: {p.model}, {p.n_layers} layers, context {p.context:,}: the command as given"
     t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-    for col in (
-        "device",
-        "layers",
-        "held",
-        "on CPU",
-        "on other GPU",
-        "from other layers",
-        "needs",
-        "has",
-        "fits",
-    ):
+    for col in ("device", "layers", "held", "on CPU", "other GPU", "guests", "needs", "has", "fits"):
         t.add_column(col, justify="left" if col in ("device", "layers") else "right", no_wrap=True)
     for c in s.cards:
         t.add_row(
