@@ -436,7 +436,38 @@ def test_a_command_the_rig_cannot_run_is_one_line_exit_2(words: list[str]) -> No
     assert "Traceback" not in result.output
 
 
+@pytest.mark.parametrize(
+    ("rig", "words", "engine"),
+    [
+        ("rigs/vllm-mix.yaml", ["-ngl", "99", "-ts", "3,1"], "llama.cpp"),
+        ("rigs/llama-mix.yaml", ["VLLM_PP_LAYER_PARTITION=30,30,34", "-pp", "3"], "vllm"),
+        ("rigs/llama-mix.yaml", ["--pp-size", "3"], "sglang"),
+        ("rigs/box.yaml", ["-ngl", "99"], "llama.cpp"),
+    ],
+)
+def test_another_engines_command_says_which_engine(rig: str, words: list[str], engine: str) -> None:
+    result = CliRunner().invoke(cli, ["score", str(ROOT / rig), "--", *words])
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1, result.output
+    assert f"--engine {engine}" in result.stderr
+
+
+def test_without_placement_flags_the_score_says_fit_is_not_modelled() -> None:
+    p = load_problem(ROOT / "rigs/llama-mix.yaml")
+    assert any("--fit" in n for n in score_words(p, ["-c", "8192"]).notes)
+    assert not any("--fit" in n for n in score_words(p, ["-c", "8192", "-fit", "off"]).notes)
+    assert not any("--fit" in n for n in score_words(p, ["-ngl", "99"]).notes)
+
+
 # What a placement costs
+
+
+def test_no_device_runs_everything_on_the_cpu() -> None:
+    p = load_problem(ROOT / "rigs/llama-mix.yaml")
+    s = score_words(p, ["-dev", "none"])
+    assert s.placement.stages == [] and s.cpu_layers == (0, p.n_layers)
+    expected = 1000.0 * float(p.dense_bytes.sum()) / p.host_bandwidth + float(p.unit_ms.sum())
+    assert math.isclose(s.window_ms, expected, rel_tol=1e-12)
+    assert score_words(p, ["-ngl", "0"]).window_ms == s.window_ms
 
 
 def test_minus_ot_to_another_gpu_is_held_there_and_costs_two_switches() -> None:
