@@ -16,7 +16,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from engine_mapping import llama_overrides, llama_slot_devices, llama_tensor_buft
+from engine_mapping import (
+    llama_cpu_moe_rules,
+    llama_model_devices,
+    llama_overrides,
+    llama_slot_devices,
+    llama_split_none,
+    llama_tensor_buft,
+)
 from enginefactory import random_engine_problem
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -166,9 +173,7 @@ def commands(draw, k: int, n_blocks: int) -> tuple[list[str], dict]:
         if draw(st.integers(0, 4)) == 0:
             ncmoe = draw(st.integers(0, n_blocks))
             words += ["--n-cpu-moe", str(ncmoe)]
-            spec["rules"] += [
-                (f"blk\\.{i}\\.ffn_(up|down|gate|gate_up)_(ch|)exps", "CPU") for i in range(ncmoe)
-            ]
+            spec["rules"] += llama_cpu_moe_rules(ncmoe)
             continue
         rules = []
         for _ in range(draw(st.integers(1, 2))):
@@ -190,9 +195,11 @@ def reference(p: Problem, spec: dict) -> tuple[float, dict[int, int]]:
     k, n = p.n_gpus, p.n_layers
     n_blocks = n + p.nextn_layers
     cuda = list(range(k)) if spec["visible"] is None else list(spec["visible"])
-    model = cuda if spec["devices"] is None else [cuda[i] for i in spec["devices"]]
+    device_arg = None if spec["devices"] is None else ",".join(f"CUDA{i}" for i in spec["devices"])
+    names = llama_model_devices([], device_arg, len(cuda))
     if "main" in spec:
-        model = [model[spec["main"]]]
+        names = llama_split_none(names, spec["main"])
+    model = [cuda[int(name[4:])] for name in names]
     ts = spec["ts"]
     if ts is None or not any(ts[: len(model)]):
         split = [np.float32(p.free[g]) for g in model]
