@@ -79,6 +79,17 @@ def test_the_plans_export_scores_as_the_plan(rig: str) -> None:
     assert s.fits
 
 
+@pytest.mark.parametrize("rig", ["rigs/llama-mix.yaml", "rigs/two-hosts.yaml"])
+def test_export_lines_pasted_as_arguments_score_as_the_plan(rig: str) -> None:
+    """The export's lines, each one argument as printed (rpc-server lines and comments included)."""
+    d = plan_json(rig, "--export", "llama.cpp")
+    result = CliRunner().invoke(cli, ["score", str(ROOT / rig), "--json", "--", *d["export"]["lines"]])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert math.isclose(out["score"]["window_ms"], d["window_ms"], rel_tol=1e-9)
+    assert out["score"]["gpus"] == d["gpus"] and out["score"]["fits"]
+
+
 def test_n_cpu_moe_scores_as_the_default_split() -> None:
     """``--n-cpu-moe N`` with no -ts: llama.cpp's free-memory split, as the JSON ``default`` says."""
     d = plan_json("rigs/llama-mix.yaml")
