@@ -25,6 +25,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from solver.engines import engine_of
 from solver.engines.bandwidth import with_constants
 from solver.engines.base import StageFill
 from solver.engines.llamaargs import KV_TYPE_BYTES, LlamaArgs, moe_rules
@@ -269,8 +270,6 @@ def score(p: Problem, args: LlamaArgs) -> Scored:
     if runs and output not in (CPU, runs[-1]):
         extra_ms += handoffs_ms(q, [runs[-1], output])
     compute = sum(s.compute_ms for s in stages) + handoffs_ms(q, runs)
-    from solver.engines import engine_of
-
     window, held_mass = engine_of(q).totals(q, fills, compute)
     if cpu_ms or extra_ms:
         window += cpu_ms + extra_ms
