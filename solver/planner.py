@@ -71,19 +71,21 @@ class Result:
         return self.default or self.baseline
 
 
-def dp_hint(arcs: Arcs) -> Solution | None:
+def dp_hint(arcs: Arcs, limits: Limits | None = None) -> Solution | None:
     """The DP's best plan in rig order: exact when the order is fixed, a start when it is free (over
     hosts, in rig order with each host's GPUs brought together, so its stages form one run).
 
-    None when there is none, or when the DP cannot answer under the host-memory limit."""
+    None when there is none, when the DP cannot answer under the host-memory limit, or when the
+    deadline of ``limits`` stops it before it has a plan."""
     try:
         if arcs.order == "auto" and arcs.n_hosts > 1:
-            sol = _dp_in_order(arcs, tuple(int(g) for g in np.argsort(arcs.hosts, kind="stable")))
+            order = tuple(int(g) for g in np.argsort(arcs.hosts, kind="stable"))
+            sol = _dp_in_order(arcs, order, limits)
         else:
             fixed = (
                 arcs if arcs.order == "as-given" else dataclasses.replace(arcs, order="as-given", twins=[])
             )
-            sol = solve_dp(fixed)
+            sol = solve_dp(fixed, limits)
     except TooLarge:
         return None
     return sol if sol.found else None
@@ -103,13 +105,13 @@ def solve_plan(arcs: Arcs, limits: Limits) -> Solution:
         try:
             return solve_dp(arcs, limits)
         except TooLarge:
-            return _pruned_or_cpsat(arcs, limits, dp_hint(arcs))
+            return _pruned_or_cpsat(arcs, limits, dp_hint(arcs, limits))
     if dp_work(arcs) <= DP_FIRST_WORK:
         try:
             return solve_dp(arcs)
         except TooLarge:  # a host-memory limit that the DP's optimum breaks
             pass
-    return _pruned_or_cpsat(arcs, limits, dp_hint(arcs) if len(arcs) else None)
+    return _pruned_or_cpsat(arcs, limits, dp_hint(arcs, limits) if len(arcs) else None)
 
 
 def _pruned_or_cpsat(arcs: Arcs, limits: Limits, hint: Solution | None) -> Solution:
@@ -154,13 +156,13 @@ def pick_oracle(arcs: Arcs, solution: Solution) -> str:
     return "dp in the chosen GPU order"
 
 
-def _dp_in_order(arcs: Arcs, gpus: tuple[int, ...]) -> Solution:
+def _dp_in_order(arcs: Arcs, gpus: tuple[int, ...], limits: Limits | None = None) -> Solution:
     """The DP with the order fixed to ``gpus``: GPUs renumbered by stage, answers mapped back."""
     stage_of = np.empty(arcs.n_gpus, dtype=np.int64)
     stage_of[list(gpus)] = np.arange(arcs.n_gpus)
     hosts = arcs.hosts[list(gpus)]  # stage s runs on GPU gpus[s], on its host
     got = solve_dp(
-        dataclasses.replace(arcs, gpu=stage_of[arcs.gpu], order="as-given", twins=[], gpu_host=hosts)
+        dataclasses.replace(arcs, gpu=stage_of[arcs.gpu], order="as-given", twins=[], gpu_host=hosts), limits
     )
     return dataclasses.replace(got, gpus=tuple(gpus[s] for s in got.gpus))
 
@@ -172,13 +174,15 @@ def run_oracle(p: Problem, arcs: Arcs, solution: Solution, limits: Limits) -> Or
         if name == "exhaustive":
             got = solve_exhaustive(arcs)
         elif name == "dp":
-            got = solve_dp(arcs)
+            got = solve_dp(arcs, limits)
         elif name == "cp-sat":  # proves every level itself; the DP's plan only guides its search
-            got = solve_cpsat(arcs, limits, hint=dp_hint(arcs))
+            got = solve_cpsat(arcs, limits, hint=dp_hint(arcs, limits))
         else:
-            got = _dp_in_order(arcs, solution.gpus)
+            got = _dp_in_order(arcs, solution.gpus, limits)
     except TooLarge:
         return Oracle(name, "skipped", None, True, 0.0)
+    if got.status == "unknown":  # the time limit stopped it before any plan: nothing to compare
+        return Oracle(name, "stopped", None, True, got.info.get("wall_ms", 0.0))
     plan = evaluate(p, got.gpus, got.cuts) if got.found else None
     if (solution.status == "optimal" or not solution.found) and got.status != "feasible":
         agrees = (got.status, got.gpus, got.cuts) == (solution.status, solution.gpus, solution.cuts)
@@ -241,6 +245,8 @@ def idle_report(arcs: Arcs, plan: Placement, limits: Limits) -> dict[int, float 
     is left of the time limit. None: not computed (a solve cut short)."""
     now = time.perf_counter()
     end = min(limits.deadline(now) or np.inf, now + IDLE_COST_S)
+    if end <= now:
+        return None
     if subset_steps(arcs) <= MAX_STEPS:
         return idle_costs(arcs, plan, end)
     limits = dataclasses.replace(limits, started=now, time_limit=end - now)

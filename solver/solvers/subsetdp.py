@@ -51,9 +51,8 @@ def subset_steps_for(order: str, mult: list[int], hosts: int) -> int:
 def gpu_classes(arcs: Arcs) -> np.ndarray:
     """Class of each GPU, shape (k,), numbered in rig order: GPUs with identical arcs on one host."""
     keys = list(zip(arc_classes(arcs).tolist(), arcs.hosts.tolist(), strict=True))
-    first = {key: i for i, key in reversed(list(enumerate(keys)))}
-    order = sorted(set(first.values()))
-    return np.array([order.index(first[key]) for key in keys], dtype=np.int64)
+    number: dict[tuple[int, int], int] = {}
+    return np.array([number.setdefault(key, len(number)) for key in keys], dtype=np.int64)
 
 
 def subset_steps(arcs: Arcs) -> int:
