@@ -75,8 +75,11 @@ def dp_hint(arcs: Arcs, limits: Limits | None = None) -> Solution | None:
     """The DP's best plan in rig order: exact when the order is fixed, a start when it is free (over
     hosts, in rig order with each host's GPUs brought together, so its stages form one run).
 
-    None when there is none, when the DP cannot answer under the host-memory limit, or when the
-    deadline of ``limits`` stops it before it has a plan."""
+    None when there is none, or when the DP cannot answer under the host-memory limit. Without
+    idle GPUs it is the plain DP over k + 1 stages, the cheapest plan there is: it runs to the end
+    even past the deadline, so a limit spent before planning still answers with it; with idle GPUs
+    the host/idle DP stops at the deadline of ``limits`` (None before it has a plan)."""
+    limits = limits if arcs.idle else None
     try:
         if arcs.order == "auto" and arcs.n_hosts > 1:
             order = tuple(int(g) for g in np.argsort(arcs.hosts, kind="stable"))
@@ -100,17 +103,17 @@ def solve_plan(arcs: Arcs, limits: Limits) -> Solution:
     """The product's answer: the exact DP where it is cheap, else CP-SAT hinted by the DP.
 
     Idle GPUs or a free order over hosts (SPEC 8): the host/idle DP, else (its size, or a
-    host-memory limit its optimum breaks) the cut solve or CP-SAT."""
-    if arcs.subsets:
+    host-memory limit its optimum breaks) the cut solve or CP-SAT. Every solver here stops at
+    ``limits``' deadline with the best plan it has."""
+    if arcs.subsets or dp_work(arcs) <= DP_FIRST_WORK:
         try:
-            return solve_dp(arcs, limits)
-        except TooLarge:
-            return _pruned_or_cpsat(arcs, limits, dp_hint(arcs, limits))
-    if dp_work(arcs) <= DP_FIRST_WORK:
-        try:
-            return solve_dp(arcs)
-        except TooLarge:  # a host-memory limit that the DP's optimum breaks
+            got = solve_dp(arcs, limits)
+            if got.status != "unknown":
+                return got
+        except TooLarge:  # its size, or a host-memory limit that the DP's optimum breaks
             pass
+    # (or the deadline stopped the DP before it had a plan: the cut solve stops at once with the
+    # hint, if any, and a bound)
     return _pruned_or_cpsat(arcs, limits, dp_hint(arcs, limits) if len(arcs) else None)
 
 

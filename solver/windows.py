@@ -20,21 +20,16 @@ integers below 2^52, so they are exact.
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
 from solver.arcs import Arcs, gpu_classes
+from solver.solvers import Stopped, check_deadline
 
 #: States x classes x width^2 steps a pass may take (about a second or two of numpy here).
 MAX_WORK = 2**28
 #: Elements of one temporary block (B states x width x width): 32 MiB of float64.
 CHUNK = 2**22
 EXACT = 2.0**52
-
-
-class Stopped(Exception):
-    """The deadline passed during a pass."""
 
 
 class Windows:
@@ -105,7 +100,7 @@ class Windows:
         f = np.full((self.states, self.width), np.inf)
         f[0, 0] = _none(op)
         for level in range(int(self.mult.sum())):
-            _check(deadline)
+            check_deadline(deadline)
             for c in range(self.n_cls):
                 src, dst = self._steps(level, c)
                 live = (f[src] < np.inf).any(axis=1)
@@ -122,7 +117,7 @@ class Windows:
         g = np.full((self.states, self.width), np.inf)
         g[self.states - 1, self.n - self.lo[-1]] = _none(op)
         for level in range(int(self.mult.sum()) - 1, -1, -1):
-            _check(deadline)
+            check_deadline(deadline)
             for c in range(self.n_cls):
                 src, dst = self._steps(level, c)
                 live = (g[dst] < np.inf).any(axis=1)
@@ -146,7 +141,7 @@ class Windows:
         out = np.full(len(a), np.inf)
         span = np.arange(self.width)
         for c in range(self.n_cls):
-            _check(deadline)
+            check_deadline(deadline)
             meet = np.full(size * size, np.inf)  # min over S of op(F[S][x], G[S + c][y]) at (x, y)
             for level in range(int(self.mult.sum())):
                 src, dst = self._steps(level, c)
@@ -177,11 +172,6 @@ def exact(weight: np.ndarray, arcs: Arcs) -> bool:
 def _none(op: np.ufunc) -> float:
     """What covering nothing weighs: 0 for a sum, -inf for a max."""
     return 0.0 if op is np.add else -np.inf
-
-
-def _check(deadline: float | None) -> None:
-    if deadline is not None and time.perf_counter() > deadline:
-        raise Stopped
 
 
 def least_top(

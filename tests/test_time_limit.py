@@ -15,7 +15,7 @@ from solver.plan import evaluate, feasible
 from solver.planner import plan_rig
 from solver.problem import Problem
 from solver.report import to_json
-from solver.solvers import Limits, cpsat, plan_arcs, relaxed_bound, stage_key, subsetdp
+from solver.solvers import Limits, Stopped, cpsat, dp, plan_arcs, relaxed_bound, stage_key, subsetdp
 from solver.solvers.dp import solve_dp
 from solver.solvers.exhaustive import solve_exhaustive
 
@@ -100,13 +100,17 @@ def objective_key(arcs, gpus, cuts) -> tuple[int, int, int]:
     return -int(arcs.mass[ids].sum()), top, int(arcs.time_key(cpsat._plan_time(arcs, ids)))
 
 
-def test_a_stopped_idle_dp_returns_a_plan_of_the_optimum_or_unknown(monkeypatch):
-    """The host/idle DP stopped at its n-th look at the clock, for every n until it finishes: before
-    the objective is settled it answers unknown; after, a feasible plan of the optimum (the bound
-    is the objective itself, only the tie-breaks are left); unstopped, enumeration's plan."""
+@pytest.mark.parametrize("idle", [True, False])
+def test_a_stopped_dp_returns_a_plan_of_the_optimum_or_unknown(monkeypatch, idle):
+    """The DP (with idle GPUs, the host/idle DP) stopped at its n-th look at the clock, for every n
+    until it finishes: before the objective is settled it answers unknown; after, a feasible plan
+    of the optimum (the bound is the objective itself, only the tie-breaks are left); unstopped,
+    enumeration's plan."""
     stops = {"unknown": 0, "feasible": 0}
     for seed in range(40):
-        p = idle_rig(seed)
+        p = dataclasses.replace(idle_rig(seed), idle_gpus=idle)
+        if not idle:  # every GPU used: hosts would make it the host DP's, so one machine
+            p = dataclasses.replace(p, gpu_host=None, host_names=["local"], network_handoff_ms=None)
         arcs = build_arcs(p, build_table(p))
         want, full = solve_exhaustive(arcs), solve_dp(arcs)
         for n in itertools.count():
@@ -114,9 +118,10 @@ def test_a_stopped_idle_dp_returns_a_plan_of_the_optimum_or_unknown(monkeypatch)
 
             def check(deadline, looks=looks, n=n) -> None:
                 if next(looks) >= n:
-                    raise subsetdp.Stopped
+                    raise Stopped
 
-            monkeypatch.setattr(subsetdp, "_check", check)
+            monkeypatch.setattr(subsetdp, "check_deadline", check)
+            monkeypatch.setattr(dp, "check_deadline", check)
             got = solve_dp(arcs, Limits(time_limit=60.0))
             monkeypatch.undo()
             if got.status in ("optimal", "infeasible"):
@@ -142,7 +147,7 @@ def test_a_stopped_idle_plan_beyond_the_dp_is_feasible_or_unknown_never_a_wrong_
     build = cpsat._build
 
     def late(arcs, deadline=None):
-        raise cpsat._Late
+        raise Stopped
 
     seen = set()
     for seed in range(0, 24, 2):  # the free orders of idle_rig
@@ -176,7 +181,7 @@ def test_a_model_that_cannot_be_written_in_time_is_given_up():
     """Past the deadline CP-SAT's model is not written at all: the chain stops, nothing proven."""
     p = big_problem()
     arcs = build_arcs(p, build_table(p))
-    with pytest.raises(cpsat._Late):
+    with pytest.raises(Stopped):
         cpsat._build(arcs, deadline=time.perf_counter() - 1.0)
     got = cpsat.solve_cpsat(arcs, Limits(time_limit=1.0, workers=1, started=time.perf_counter() - 5.0))
     assert got.status == "unknown" and not got.gpus

@@ -29,7 +29,7 @@ from ortools.sat.python import cp_model
 from solver.arcs import Arcs, best_through, subset
 from solver.arcs import by_gpu as arcs_by_gpu
 from solver.problem import MASS_SCALE
-from solver.solvers import Limits, Solution, relaxed_bound, stage_key, usable
+from solver.solvers import Limits, Solution, Stopped, check_deadline, relaxed_bound, stage_key, usable
 
 Fix = Callable[[cp_model.CpModel, list, Arcs], None]
 Objective = Callable[[cp_model.CpModel, list, Arcs], cp_model.LinearExpr | np.ndarray]
@@ -48,10 +48,6 @@ class _Progress(cp_model.CpSolverSolutionCallback):
         self._report(self._what, self._scale(self.objective_value), self._scale(self.best_objective_bound))
 
 
-class _Late(Exception):
-    """The deadline passed while a model was being written."""
-
-
 #: Variables written between two looks at the deadline (a million arcs take seconds to write).
 VAR_CHUNK = 2**14
 
@@ -59,14 +55,13 @@ VAR_CHUNK = 2**14
 def _build(arcs: Arcs, deadline: float | None = None) -> tuple[cp_model.CpModel, list]:
     """The path model: variables, one arc per GPU, flow conservation and symmetry breaking.
 
-    Past ``deadline`` it raises _Late: it looks at the clock between chunks of variables and
+    Past ``deadline`` it raises Stopped: it looks at the clock between chunks of variables and
     between groups of constraints, and gives up after the first chunk when the model would not be
     written by then at that pace, so a model too large for the time left is given up, not
     finished."""
 
     def check() -> None:
-        if deadline is not None and time.perf_counter() > deadline:
-            raise _Late
+        check_deadline(deadline)
 
     m = cp_model.CpModel()
     x: list = []
@@ -76,7 +71,7 @@ def _build(arcs: Arcs, deadline: float | None = None) -> tuple[cp_model.CpModel,
         x += list(m.new_bool_var_series("x", pd.RangeIndex(lo, min(len(arcs), lo + VAR_CHUNK))))
         pace = (time.perf_counter() - t0) / len(x)  # the constraints take about as long again
         if lo == 0 and deadline is not None and time.perf_counter() + 2 * pace * len(arcs) > deadline:
-            raise _Late
+            raise Stopped
     xs = np.empty(len(x), dtype=object)
     xs[:] = x
     n, k = arcs.n_layers, arcs.n_gpus
@@ -335,7 +330,7 @@ class _Chain:
             return "stopped", None
         try:
             m, x = _build(self.arcs, self.deadline)
-        except _Late:
+        except Stopped:
             self.proven = False
             return "stopped", None
         for fix in self.fixes:
