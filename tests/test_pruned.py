@@ -269,6 +269,7 @@ def test_the_throughput_objective_cuts_by_windows_and_agrees_with_the_dp(monkeyp
         assert (got.status, got.gpus, got.cuts) == (want.status, want.gpus, want.cuts)
 
 
+@pytest.mark.slow
 def test_pruned_solve_under_binding_host_memory_limits_returns_the_exhaustive_plan():
     """The exact cuts (host split, windows) leave the host-memory limit out: an answer they lose to
     it falls back to the rounds, never stands as the optimum or as infeasible. Small free orders,
