@@ -17,6 +17,7 @@ and raises TooLarge otherwise, so ``--check`` falls back to exhaustive enumerati
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 
 import numpy as np
@@ -61,7 +62,7 @@ def dp_states(arcs: Arcs) -> int:
     """DP states per boundary: k + 1 with the order as given, else the class-count states."""
     if arcs.order == "as-given":
         return arcs.n_gpus + 1
-    return int(np.prod(np.bincount(arc_classes(arcs)) + 1))
+    return math.prod(int(m) + 1 for m in np.bincount(arc_classes(arcs)))
 
 
 class _Graph:
@@ -79,7 +80,7 @@ class _Graph:
             cls = arc_classes(arcs)
             self.members = [np.flatnonzero(cls == c) for c in range(cls.max() + 1)]
             self.mult = np.array([len(m) for m in self.members])
-            states = int(np.prod(self.mult + 1))
+            states = math.prod(int(m) + 1 for m in self.mult)  # Python ints: 64 classes overflow int64
             if states > MAX_STATES_FREE_ORDER:
                 raise TooLarge(
                     f"the free-order DP takes at most {MAX_STATES_FREE_ORDER:,} states, not {states:,}"

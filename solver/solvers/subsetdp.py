@@ -24,6 +24,7 @@ bound (the tie-breaks are what is left); stopped before, "unknown".
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 
 import numpy as np
@@ -41,7 +42,7 @@ def subset_steps_for(order: str, mult: list[int], hosts: int) -> int:
     class-count states (``mult`` GPUs in each class) times (hosts + 1) last hosts times the classes."""
     if order == "as-given":
         return sum(mult)
-    return int(np.prod(np.array(mult) + 1)) * (hosts + 1) * len(mult)
+    return math.prod(m + 1 for m in mult) * (hosts + 1) * len(mult)
 
 
 def gpu_classes(arcs: Arcs) -> np.ndarray:
