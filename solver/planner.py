@@ -251,7 +251,10 @@ def idle_report(arcs: Arcs, plan: Placement, limits: Limits) -> dict[int, float 
     if end <= now:
         return None
     if subset_steps(arcs) <= MAX_STEPS:
-        return idle_costs(arcs, plan, end)
+        try:
+            return idle_costs(arcs, plan, end)
+        except TooLarge:  # a rig order that splits a host's GPUs: the DP declines it, CP-SAT prices it
+            pass
     limits = dataclasses.replace(limits, started=now, time_limit=end - now)
     out: dict[int, float | None] = {}
     for g in sorted(set(range(arcs.n_gpus)) - set(plan.gpus)):
