@@ -310,9 +310,9 @@ def test_pruned_solve_under_binding_host_memory_limits_returns_the_exhaustive_pl
 
 @pytest.mark.parametrize("objective", ["time", "mass", "throughput"])
 def test_a_free_order_of_more_than_63_distinct_cards_is_planned_within_the_limit(objective):
-    """Class-count states are products over the classes: 66 distinct cards make 2^66 of them, which
-    int64 arithmetic wrapped to 0 (the DP then took the rig and failed). Counted exactly, every
-    exact pass declines it, and the limit's answer is a feasible plan with a bound."""
+    """Class-count states are products over the classes: 66 distinct cards make 2^66 of them, past
+    int64. Counted exactly, every exact pass declines the rig, and the limit's answer is a feasible
+    plan with a bound."""
     p = random_problem(4, n_layers=70, n_gpus=66, experts=4, order="auto", objective=objective, tight=3.0)
     ones = np.ones(66, dtype=np.int64)
     speeds = np.round(np.random.default_rng(4).uniform(0.4, 2.0, 66), 6)

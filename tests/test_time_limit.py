@@ -134,7 +134,7 @@ def test_a_stopped_dp_returns_a_plan_of_the_optimum_or_unknown(monkeypatch, idle
                 assert got.bound == full.bound
             else:
                 assert got.status == "unknown" and not got.gpus
-    assert stops["unknown"] > 10 and stops["feasible"] > 10  # both kinds of stop were met
+    assert stops["unknown"] > 10 and stops["feasible"] > 10  # both kinds of stop are met
 
 
 def test_a_stopped_idle_plan_beyond_the_dp_is_feasible_or_unknown_never_a_wrong_optimum(monkeypatch):
