@@ -120,6 +120,12 @@ class Engine:
     columns: ClassVar[list[tuple[str, StageCell]]] = []
     #: The report's plan-against-default rows after the window.
     summary: ClassVar[list[tuple[str, PlanCell]]] = []
+    #: What the engine does, in a few words (rig files written for it say so).
+    note: ClassVar[str] = ""
+    #: Rig-wide keys the engine reads besides the common ones (``rig new`` writes only these).
+    rig_keys: ClassVar[tuple[str, ...]] = ()
+    #: The GPU keys that give the engine a card's speed.
+    speed_keys: ClassVar[tuple[str, ...]] = ("mem_bandwidth",)
     #: The rate key that makes misses slow when it is too low (None: misses have no rate).
     miss_rate_key: ClassVar[str | None] = None
     #: Keys the engine needs beyond the common ones.

@@ -303,6 +303,8 @@ class LlamaCpp(BytesSpeed):
     """llama.cpp: expert tensors on their layer's GPU or on the CPU, which runs them."""
 
     name = "llama.cpp"
+    note = "expert tensors on a GPU or, beyond VRAM, on the CPU"
+    rig_keys = ("host_bandwidth", "host_memory")
     miss_rate_key = "host_bandwidth"
     columns: ClassVar[list[tuple[str, StageCell]]] = [
         ("experts on GPU", lambda s: format_size(s.cache_bytes)),
