@@ -137,6 +137,16 @@ def _full_layers(units: Units, held: list[int]) -> int:
     return sum(1 for la, n in zip(layers, counts) if n == len(units.of_layer(int(la))))
 
 
+def _distinct(pats: list[Pattern], carried: list[np.ndarray]) -> list[Pattern]:
+    """One pattern of each (bytes, key, carried sums): equal tensors of a layer give equal fills."""
+    seen: dict[tuple, Pattern] = {}
+    for p in pats:
+        held = list(p.held)
+        sig = (p.size, p.key, *(int(c[held].sum()) for c in carried))
+        seen.setdefault(sig, p)
+    return list(seen.values())
+
+
 @dataclass(frozen=True)
 class Fills:
     """The best fill of many (GPU, range) cells: packed key, bytes held and carried sums, each shaped
@@ -170,7 +180,7 @@ def dense_table(units: Units, carried: list[np.ndarray], rooms: np.ndarray) -> F
     sums = [np.zeros((n, states), dtype=np.int64) for _ in carried]
     for layer in range(n):
         rows = slice(0, layer + 1)  # starts a <= layer; row ``layer`` starts empty
-        pats = [p for p in patterns(units, layer) if p.held and p.size // grain < states]
+        pats = _distinct([p for p in patterns(units, layer) if p.held and p.size // grain < states], carried)
         base_key, base_size = key[rows].copy(), size[rows].copy()
         base_sums = [x[rows].copy() for x in sums]
         for p in pats:
