@@ -17,7 +17,7 @@ import numpy as np
 
 from solver.engines.bandwidth import BytesSpeed, dense_ms, per_byte_ms, speed_of
 from solver.engines.base import PlanCell, Required, StageCell, StageFill, Weights
-from solver.engines.fill import Fills, Units, best_set, dense_table, pack
+from solver.engines.fill import Fills, Units, best_set, dense_table, pack, uniform_table
 from solver.export import device_order, llama_flags, stage_sizes
 from solver.export_hosts import llama_rpc_lines
 from solver.rangewalk import need_table, room_of
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from solver.config import ModelConfig, RigConfig
     from solver.export import Offload
     from solver.export_hosts import Hosts
+    from solver.plan import Placement
     from solver.problem import Problem
 
 #: Integer units per ms the fill decides in (1e-9 ms); lowered for a model whose sums would overflow.
@@ -129,9 +130,10 @@ class LlamaTable:
         for gs in _classes(c, scale):
             units = c.units(gs[0], scale)
             h12 = _units_ms(c.held[:, gs[0]])
-            fills = dense_table(units, [h12, cpu12, mass], room[gs])
+            carried = [h12, cpu12, mass]
+            fills = uniform_table(units, carried, room[gs]) or dense_table(units, carried, room[gs])
             if fills is None:
-                fills = _by_range(units, [h12, cpu12, mass], room[gs])
+                fills = _by_range(units, carried, room[gs])
             full = np.mod(fills.key, n + 1)
             h_sum, c_sum, m_sum = fills.sums
             d = dense12[:, gs].T  # (G, L+1)
@@ -348,11 +350,19 @@ class LlamaCpp(BytesSpeed):
             return Baseline(
                 cuts, False, None, "free-memory", reason="the free-memory split leaves a GPU without layers"
             )
-        for n_cpu in range(p.n_layers + 1):
-            plan = evaluate(p, gpus, cuts, partial(cpu_moe_fill, n_cpu_moe=n_cpu))
-            if feasible(p, plan):
-                return Baseline(cuts, True, plan, "free-memory", f"split by free memory, --n-cpu-moe {n_cpu}")
-        plan = evaluate(p, gpus, cuts, partial(cpu_moe_fill, n_cpu_moe=p.n_layers))
+
+        def placed(n_cpu: int) -> Placement:
+            return evaluate(p, gpus, cuts, partial(cpu_moe_fill, n_cpu_moe=n_cpu))
+
+        # the GPUs fit from some N on (each more layer's experts on the CPU frees VRAM): bisect for it;
+        # host memory only gets tighter with N, so if that N breaks it, every larger one does too
+        lo, hi = 0, p.n_layers
+        while lo < hi:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if all(s.fits for s in placed(mid).stages) else (mid + 1, hi)
+        plan = placed(lo)
+        if feasible(p, plan):
+            return Baseline(cuts, True, plan, "free-memory", f"split by free memory, --n-cpu-moe {lo}")
         return Baseline(cuts, False, plan, "free-memory", "does not fit even with every expert on the CPU")
 
     def stage_json(self, stage) -> dict:
