@@ -42,7 +42,9 @@ class Costs:
 
     Units in (layer, slot) order. cpu (U,): ms on the CPU; held (U, k): ms its active share adds to
     its layer's GPU read on each GPU; dense (L, k): ms of each layer's other reads (or ``layer_ms``);
-    switch: ms of one layer with a unit on the CPU (to the CPU and back).
+    switch (k,): ms of one layer with a unit on the CPU, on each GPU: to the CPU and back, and on a
+    GPU of another host than the first (an rpc-server's), the network hop there and back too, since
+    ``-ot ...=CPU`` keeps those experts on the main host's CPU.
     """
 
     order: np.ndarray
@@ -52,7 +54,7 @@ class Costs:
     cpu: np.ndarray
     held: np.ndarray
     dense: np.ndarray
-    switch: float
+    switch: np.ndarray
     n_moe: np.ndarray
 
     @classmethod
@@ -66,14 +68,15 @@ class Costs:
         held = (share * size)[:, None] * per_byte[None, :]
         has = np.zeros(p.n_layers + 1, dtype=np.int64)
         has[np.unique(layer) + 1] = 1
-        switch = 2.0 * speed_of(p).switch_ms
+        remote = (p.hosts != 0) if len(p.host_names) > 1 else np.zeros(p.n_gpus, dtype=bool)
+        switch = 2.0 * speed_of(p).switch_ms + np.where(remote, 2.0 * p.network_ms, 0.0)
         return cls(order, layer, slot, size, p.unit_ms[order], held, dense, switch, np.cumsum(has))
 
     def units(self, g: int, scale: int) -> Units:
         """GPU g's units for the fill, valued in integers of ``scale`` per ms."""
         n = len(self.dense)
         value = np.rint(self.cpu * scale).astype(np.int64) - np.rint(self.held[:, g] * scale).astype(np.int64)
-        key, sigma = pack(value, round(self.switch * scale), n)
+        key, sigma = pack(value, round(float(self.switch[g]) * scale), n)
         return Units(self.layer, self.slot, self.size, key, sigma, n)
 
 
@@ -81,7 +84,7 @@ def decision_scale(c: Costs) -> int:
     """The largest power of ten up to DECISION_SCALE whose packed fill keys cannot overflow int64."""
     scale = DECISION_SCALE
     total_ms = float(np.abs(c.cpu).sum()) + float(np.abs(c.held).sum(axis=0).max(initial=0.0))
-    worst = (total_ms + c.switch * len(c.dense) + 1.0) * (len(c.dense) + 1)
+    worst = (total_ms + float(c.switch.max(initial=0.0)) * len(c.dense) + 1.0) * (len(c.dense) + 1)
     while scale > 1 and worst * scale >= 2**61:
         scale //= 10
     return scale
@@ -110,7 +113,7 @@ class LlamaTable:
         room = room_of(p, need)
         c = Costs.of(p)
         k, n = p.n_gpus, p.n_layers
-        cpu12, sw12 = _units_ms(c.cpu), round(c.switch * FINE_TIME_SCALE)
+        cpu12 = _units_ms(c.cpu)
         mass = np.rint(c.cpu / max(float(c.cpu.sum()), 1e-300) * MASS_SCALE).astype(np.int64)
         cpu_prefix = np.zeros(n + 1, dtype=np.int64)
         np.add.at(cpu_prefix, c.layer + 1, cpu12)
@@ -138,6 +141,7 @@ class LlamaTable:
             h_sum, c_sum, m_sum = fills.sums
             d = dense12[:, gs].T  # (G, L+1)
             gpu[gs] = d[:, None, :] - d[:, :, None] + h_sum
+            sw12 = round(float(c.switch[gs[0]]) * FINE_TIME_SCALE)
             missed[gs] = (cpu_prefix[b] - cpu_prefix[a])[None] - c_sum + sw12 * (layers_moe[None] - full)
             held_bytes[gs] = fills.size
             held_mass[gs] = m_sum
@@ -167,10 +171,11 @@ def _rescale(fine: np.ndarray, scale: int) -> np.ndarray:
 
 
 def _classes(c: Costs, scale: int) -> list[list[int]]:
-    """GPUs whose units are valued alike (the fill depends on the GPU only through them), in groups."""
-    groups: dict[bytes, list[int]] = {}
+    """GPUs whose units and switches are valued alike (the fill depends on the GPU only through them)."""
+    groups: dict[tuple, list[int]] = {}
     for g in range(c.held.shape[1]):
-        groups.setdefault(np.rint(c.held[:, g] * scale).astype(np.int64).tobytes(), []).append(g)
+        key = (np.rint(c.held[:, g] * scale).astype(np.int64).tobytes(), float(c.switch[g]))
+        groups.setdefault(key, []).append(g)
     return list(groups.values())
 
 
@@ -218,7 +223,7 @@ def fill_of(p: Problem, c: Costs, g: int, a: int, b: int, held: np.ndarray, fits
     mine = (c.layer >= a) & (c.layer < b)
     on_gpu, on_cpu = mine & held, mine & ~held
     cpu_layers = np.unique(c.layer[on_cpu])
-    switch = c.switch * len(cpu_layers)
+    switch = float(c.switch[g]) * len(cpu_layers)
     held_bytes = int(c.size[on_gpu].sum())
     total = float(c.cpu.sum())
     names = [p.unit_names[int(i)] for i in c.order]
@@ -336,7 +341,7 @@ class LlamaCpp(BytesSpeed):
 
     def miss_total_ms(self, p: Problem) -> float:
         c = Costs.of(p)
-        return float(c.cpu.sum()) + c.switch * int(c.n_moe[-1])
+        return float(c.cpu.sum()) + float(c.switch.max(initial=0.0)) * int(c.n_moe[-1])
 
     def default_split(self, p: Problem) -> Baseline:
         """Layers split by free memory (no ``--tensor-split``), with the smallest ``--n-cpu-moe`` that
