@@ -32,6 +32,11 @@ if TYPE_CHECKING:
     from solver.plan import Placement
     from solver.problem import Problem
 
+#: llama.cpp's compute buffer on each GPU besides the output logits (graph intermediates at the default
+#: n_ubatch 512 with flash attention; docs/engines.md, "Memory the engine takes").
+COMPUTE_BUFFER = 256 * 2**20
+#: Tokens of the default micro-batch (``-ub``): the output device holds their float32 logits.
+N_UBATCH = 512
 #: Integer units per ms the fill decides in (1e-9 ms); lowered for a model whose sums would overflow.
 DECISION_SCALE = 10**9
 
@@ -331,7 +336,14 @@ class LlamaCpp(BytesSpeed):
 
     def problem_fields(self, rig: RigConfig, model: ModelConfig, experts: np.ndarray) -> dict:
         units = llama_units(model, rig.host_bandwidth, experts)
-        return self.speed_fields(rig, model, experts) | units | {"host_bandwidth": rig.host_bandwidth}
+        memory = {
+            "buffers": [COMPUTE_BUFFER] * len(rig.gpus),
+            "last_stage_extra": 4 * N_UBATCH * (model.vocab_size or 0),  # float32 logits of a micro-batch
+            "first_stage_bytes": model.first_stage_bytes - model.embedding_bytes,  # embeddings stay in RAM
+        }
+        return (
+            self.speed_fields(rig, model, experts) | units | memory | {"host_bandwidth": rig.host_bandwidth}
+        )
 
     def table(self, p: Problem) -> LlamaTable:
         return LlamaTable.build(p)

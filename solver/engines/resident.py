@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
+from solver.cards import DRIVER_MIB
 from solver.engines.bandwidth import BytesSpeed, all_held_ms
 from solver.engines.base import Orders, PlanCell, StageCell, StageFill, Weights, tokens
 from solver.export import device_order, env_line, stage_sizes
@@ -88,6 +89,11 @@ def stage_fill(p: Problem, g: int, a: int, b: int) -> StageFill:
     )
 
 
+#: Share of each card's total memory the engine may use (vLLM's ``gpu_memory_utilization`` default;
+#: SGLang's ``mem_fraction_static`` is of the same size): the rest stays free.
+GPU_MEMORY_UTILIZATION = 0.9
+#: Activation memory of the engine's profiling run, kept from the KV cache (docs/engines.md).
+ACTIVATIONS = 2**30
 #: Allowed GPU orders planned one by one at most; beyond, hosts of equal GPU count keep the rig's order.
 MAX_ORDERS = 5040
 
@@ -118,7 +124,12 @@ class Resident(BytesSpeed):
     ]
 
     def problem_fields(self, rig: RigConfig, model: ModelConfig, experts: np.ndarray) -> dict:
-        return self.speed_fields(rig, model, experts)
+        """The speed model's fields, and each card's memory the engine keeps from its KV cache: what
+        ``gpu_memory_utilization`` leaves of the card's total, and the activations of its profiling run."""
+        util = GPU_MEMORY_UTILIZATION if rig.gpu_memory_utilization is None else rig.gpu_memory_utilization
+        total = [g.free + DRIVER_MIB * 2**20 for g in rig.gpus]
+        buffers = [int((1 - util) * t) + ACTIVATIONS for t in total]
+        return self.speed_fields(rig, model, experts) | {"buffers": buffers}
 
     def table(self, p: Problem) -> ResidentTable:
         return ResidentTable.build(p)
