@@ -1,5 +1,5 @@
 """``python -m solver`` runs the ``solve`` command."""
 
-from solver.cli import main
+from solver.interrupt import main
 
 main()

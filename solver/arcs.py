@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from solver.problem import COARSE_TIME_SCALE, COEFF_BUDGET, FINE_TIME_SCALE, Problem
+from solver.problem import Problem
+from solver.scales import COARSE_TIME_SCALE, COEFF_BUDGET, FINE_TIME_SCALE
 
 if TYPE_CHECKING:
     from solver.engines import Table
@@ -36,8 +37,6 @@ if TYPE_CHECKING:
 #: A free order's arc bounds are exact when the count of GPUs used per class (identical GPUs form a
 #: class) takes at most this many values: 12 distinct GPUs, or sixteen.yaml's 1 + 1 + 6 + 8 (252).
 EXACT_FREE_ORDER_STATES = 4096
-#: ``Arcs.spare`` of a stage whose layers keep no per-token KV cache: it limits no plan.
-SPARE_UNLIMITED = 2**62
 
 
 @dataclass(frozen=True)
@@ -210,18 +209,16 @@ def build_arcs(p: Problem, table: Table) -> Arcs:
     keep = _reachable(keep, g, a, b, p) if keep.any() else keep
     g, a, b = g[keep], a[keep], b[keep]
     scale = _time_scale(p, len(g))
-    layer_units = np.rint(p.layer_ms * scale).astype(np.int64)
-    compute = (b - a) * layer_units[g]
     w = table.weigh(g, a, b, scale, p.objective == "mass")
     hop = round(p.handoff_ms * scale)
     entry = round(p.network_ms * scale) - hop if len(p.host_names) > 1 else 0
     hosts = len(set(p.hosts.tolist()))
     if p.idle_gpus:
-        time = compute - w.saved + hop
-        const = table.miss_units(scale) - hop - entry
+        time = w.time + hop
+        const = table.const_units(scale) - hop - entry
     else:
-        time = compute - w.saved
-        const = table.miss_units(scale) + hop * (k - 1) + entry * (hosts - 1)
+        time = w.time
+        const = table.const_units(scale) + hop * (k - 1) + entry * (hosts - 1)
     return Arcs(
         n_layers=n,
         n_gpus=k,
@@ -234,11 +231,11 @@ def build_arcs(p: Problem, table: Table) -> Arcs:
         end=b,
         time=time,
         mass=w.mass,
-        bottleneck=compute,
+        bottleneck=w.gpu,
         const_time=const,
         time_scale=scale,
         twins=_twins(p),
-        stage=compute + w.missed,
+        stage=w.gpu + w.missed,
         spare=w.spare,
         host=w.host,
         host_limit=p.host_memory,
@@ -260,6 +257,7 @@ def _twins(p: Problem) -> list[tuple[int, int]]:
             int(p.min_layers[g]),
             int(p.max_layers[g]),
             int(p.hosts[g]),
+            *(() if p.speed is None else (float(p.speed.bandwidth[g]), bool(p.speed.given[g]))),
         )
         for g in range(p.n_gpus)
     ]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -24,6 +25,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
+
+from solver import interrupt
+from solver.engines import ENGINES
+from solver.options import SECONDS, Finite
 
 if TYPE_CHECKING:  # the plan command imports this module: keep its start-up light
     from rich.console import Console
@@ -199,28 +204,39 @@ def _fresh_env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": home if not path else f"{home}{os.pathsep}{path}"}
 
 
+def run_fresh(cmd: list[str], **popen: Any) -> subprocess.CompletedProcess:
+    """``subprocess.run(cmd, **popen)`` for a fresh interpreter, in a session of its own so that a
+    Ctrl-C at the terminal reaches bench alone, which then ends the child (even one just starting)."""
+    child = None
+    try:
+        with interrupt.held():
+            child = subprocess.Popen(cmd, env=_fresh_env(), start_new_session=True, **popen)
+        out, err = child.communicate()
+    except BaseException:
+        if child is not None:
+            child.kill()
+            child.wait()
+        raise
+    return subprocess.CompletedProcess(cmd, child.returncode, out, err)
+
+
 def import_time(repeat: int) -> Timing:
     """Wall time of a fresh interpreter importing the CLI and CP-SAT (what every ``solve`` pays).
 
     Always ``repeat`` runs, whatever the budget: it is the yardstick of every end-to-end ratio.
     """
-    import subprocess
-
-    cmd, env = [sys.executable, "-c", IMPORT_CODE], _fresh_env()
-    timing, _ = repeat_timed(lambda: subprocess.run(cmd, check=True, env=env), repeat, float("inf"))
+    cmd = [sys.executable, "-c", IMPORT_CODE]
+    timing, _ = repeat_timed(lambda: run_fresh(cmd).check_returncode(), repeat, float("inf"))
     return timing
 
 
 def process_time(rig: Path, settings: Settings, engine: str | None = None) -> Timing:
     """Wall time of ``solve RIG --json`` in a fresh interpreter, imports included."""
-    import subprocess
-
     cmd = [sys.executable, "-m", "solver.cli", str(rig), "--json", "--workers", str(settings.workers)]
     cmd += ["--engine", engine] if engine else []
-    env = _fresh_env()
 
     def run() -> None:
-        done = subprocess.run(cmd, stdout=subprocess.DEVNULL, env=env)
+        done = run_fresh(cmd, stdout=subprocess.DEVNULL)
         if done.returncode not in (0, 3):  # a plan, or an infeasibility explained: both are answers
             raise subprocess.CalledProcessError(done.returncode, cmd)
 
@@ -447,8 +463,6 @@ def fresh_point_main(arg: str) -> None:
 
 def fresh_point(point: SweepPoint, settings: Settings) -> FreshRun:
     """Plan ``point`` once in a fresh interpreter under the sweep's time limit (what ``solve`` pays)."""
-    import subprocess
-
     spec = {
         "point": dataclasses.asdict(point),
         "time_limit": settings.time_limit,
@@ -456,7 +470,7 @@ def fresh_point(point: SweepPoint, settings: Settings) -> FreshRun:
     }
     t0 = time.perf_counter()
     cmd = [sys.executable, "-c", FRESH_CODE, json.dumps(spec)]
-    done = subprocess.run(cmd, env=_fresh_env(), capture_output=True, text=True)
+    done = run_fresh(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     process_s = time.perf_counter() - t0
     if done.returncode:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
@@ -611,7 +625,7 @@ def default_rigs() -> list[Path]:
 @click.option("--repeat", type=click.IntRange(min=1), default=5, show_default=True, help="Runs per piece.")
 @click.option(
     "--budget",
-    type=click.FloatRange(min=0),
+    type=Finite(min=0),
     default=2.0,
     show_default=True,
     help="Stop repeating a piece once its runs took SECONDS (it runs at least once).",
@@ -624,7 +638,7 @@ def default_rigs() -> list[Path]:
 )
 @click.option(
     "--sweep-limit",
-    type=click.FloatRange(min=0, min_open=True),
+    type=SECONDS,
     default=5.0,
     show_default=True,
     help="Sweep: CP-SAT time limit per plan (status feasible when it stops the proof).",
@@ -645,7 +659,7 @@ def default_rigs() -> list[Path]:
 )
 @click.option(
     "--network-ms",
-    type=click.FloatRange(min=0),
+    type=Finite(min=0),
     default=DEFAULT_NETWORK_MS,
     show_default=True,
     help="Sweep: ms a stage boundary between two hosts costs.",
@@ -680,7 +694,7 @@ def default_rigs() -> list[Path]:
 )
 @click.option(
     "--engine",
-    type=click.Choice(["strata", "llama.cpp", "vllm", "sglang"]),
+    type=click.Choice(ENGINES),
     help="Plan every rig for this engine (default: each rig's own).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")

@@ -18,6 +18,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from solver.atomicfile import write_atomic
 from solver.config import load_model, shown_path
 from solver.console import console as make_console
 from solver.errors import InputError, read_input
@@ -286,11 +287,11 @@ def write_curve(path: Path, b: float, note: str) -> int:
         old = [f"{indent}# was: {line.rstrip()[len(indent) :]}\n" for line in lines[start : end + 1]]
         lines[start : end + 1] = [f"{indent}{new}   # {note}\n", *old]
         at = start + 1
-    path.write_text("".join(lines), encoding="utf-8")
+    write_atomic(path, shown, "".join(lines))
     try:
         load_model(path)
     except InputError as exc:
-        path.write_text(original, encoding="utf-8")
+        write_atomic(path, shown, original)
         raise InputError(shown, f"left unchanged: the edited file did not load ({exc})") from None
     return at
 

@@ -15,14 +15,16 @@ from typing import TYPE_CHECKING, ClassVar
 import click
 from rich.console import Console
 
-from solver.atomicfile import atomic_open, refuse_inputs
+from solver import interrupt
+from solver.atomicfile import atomic_open, output_kind, refuse_inputs
 from solver.config import shown_path
 from solver.console import console as make_console
-from solver.engines import ENGINES
+from solver.engines import ENGINES, export_lines
 from solver.errors import InputError
-from solver.export import Offload, check_export_engine, export_lines
+from solver.export import Offload, check_export_engine
 from solver.export_hosts import Hosts
 from solver.model_cli import model_group, rig_group
+from solver.options import SECONDS
 from solver.plausible import doubts
 from solver.problem import Overrides, load_problem
 from solver.profile_cli import profile_group
@@ -31,7 +33,15 @@ from solver.solvers import Limits
 if TYPE_CHECKING:
     from solver.planner import Result
 
-EXIT_INPUT, EXIT_INFEASIBLE, EXIT_DISAGREE = 2, 3, 4
+EXIT_INPUT, EXIT_NO_PLAN, EXIT_DISAGREE = 2, 3, 4
+#: The statuses that come with a plan; any other (infeasible, unknown) exits EXIT_NO_PLAN.
+PLANNED = ("optimal", "feasible")
+
+
+class _UsageLine(click.ClickException):
+    """Bad usage as one line, ``Error: ...``, exit 2."""
+
+    exit_code = EXIT_INPUT
 
 
 class _DefaultToPlan(click.Group):
@@ -86,6 +96,16 @@ class _DefaultToPlan(click.Group):
         self.format_commands(ctx, formatter)
         formatter.write_paragraph()
         formatter.write_text("Run 'solve COMMAND --help' for a command's options.")
+
+    def invoke(self, ctx: click.Context) -> object:
+        """Run the command; a usage error is one line (click's own adds the usage and a hint), except
+        a group called bare, which shows its help."""
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as exc:
+            if isinstance(exc, getattr(click.exceptions, "NoArgsIsHelpError", ())):
+                raise
+            raise _UsageLine(exc.format_message()) from None
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *self.LAZY})
@@ -151,7 +171,7 @@ def _progress(enabled: bool) -> tuple[Callable[[str, float, float], None] | None
 @click.option("--context", type=click.IntRange(min=0), help="Tokens of KV cache per full-attention layer.")
 @click.option(
     "--time-limit",
-    type=click.FloatRange(min=0, min_open=True),
+    type=SECONDS,
     help="Answer within SECONDS (the whole run; a proof cut short comes back feasible).",
 )
 @click.option("--check", is_flag=True, help="Also solve with an oracle (exhaustive or DP) and compare.")
@@ -168,12 +188,12 @@ def _progress(enabled: bool) -> tuple[Callable[[str, float, float], None] | None
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
 @click.option(
     "--out",
-    type=click.Path(path_type=Path, dir_okay=False),
+    type=click.Path(path_type=Path),
     help="Also write the --json object to this file (atomically).",
 )
 @click.option(
     "--plot",
-    type=click.Path(path_type=Path, dir_okay=False),
+    type=click.Path(path_type=Path),
     help="Draw VRAM and compute per GPU and the mass curve to FILE: .png, .svg or .pdf "
     "(needs moesplit[plot]).",
 )
@@ -217,6 +237,7 @@ def plan_cmd(
             raise InputError(shown_path(rig), f"--export {export}: {refused}")
         for path in (out, plot):
             if path:
+                output_kind(path, shown_path(path))
                 refuse_inputs(path, shown_path(path), [Path(f) for f in problem.files.values()])
         if out and plot:
             refuse_inputs(plot, shown_path(plot), [out], "the --out file")
@@ -258,8 +279,8 @@ def plan_cmd(
             console.print(f"\n[bold]{export}[/bold] flags:")
             for line in flags:
                 click.echo(line)
-    if result.plan is None:
-        sys.exit(EXIT_INFEASIBLE)
+    if result.plan is None or result.status not in PLANNED:
+        sys.exit(EXIT_NO_PLAN)
     if result.oracle is not None and not result.oracle.agrees:
         sys.exit(EXIT_DISAGREE)
 
@@ -272,7 +293,9 @@ def _export_flags(engine: str, result: Result) -> list[str]:
     if len(p.host_names) > 1:  # the machine listed first in the rig runs the main command
         hosts = Hosts(tuple(p.host_names[h] for h in p.hosts), local=p.host_names[0])
     try:
-        return export_lines(engine, plan.gpus, plan.cuts, p.n_layers, offload, hosts=hosts)
+        return export_lines(
+            engine, plan.gpus, plan.cuts, p.n_layers, offload, extra_blocks=p.nextn_layers, hosts=hosts
+        )
     except ValueError as exc:
         click.echo(f"--export {engine}: {exc}", err=True)
         sys.exit(EXIT_INPUT)
@@ -312,6 +335,9 @@ def probe_cmd(
     except ValueError as exc:
         click.echo(f"--reserve: {exc}", err=True)
         sys.exit(EXIT_INPUT)
+    if host is not None and not host.strip():
+        click.echo("--host: is empty; name this machine, or leave --host out", err=True)
+        sys.exit(EXIT_INPUT)
     try:
         text = run(output, model, context, reserve_bytes, force, host=host, gpus_only=gpus_only)
     except ProbeError as exc:
@@ -337,8 +363,9 @@ def calibrate_cmd(points: tuple[str, ...], logs: tuple[Path, ...], model: Path |
 
 
 def main() -> None:
-    """Console-script entry point."""
-    cli()
+    """``python -m solver.cli``: the CLI with Ctrl-C as one line and exit 130 (the ``solve`` script is
+    ``solver.interrupt.main``, which catches it from before these imports)."""
+    interrupt.run(cli)
 
 
 if __name__ == "__main__":

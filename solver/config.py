@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar, get_args, get_origin
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -17,6 +18,7 @@ from pydantic import (
     ValidationError,
 )
 
+from solver.engines import DEFAULT_ENGINE, REGISTRY
 from solver.errors import InputError, brief
 from solver.units import parse_rate, parse_size
 from solver.yamlfile import YamlDoc, key_name, load_yaml
@@ -38,8 +40,16 @@ def _yaml12_float(value: object) -> object:
     return float(value) if isinstance(value, str) and _EXPONENT_FORM.fullmatch(value) else value
 
 
+def _known_engine(name: str) -> str:
+    if name not in REGISTRY:
+        raise ValueError(f"unknown engine {brief(name)}; choose one of {', '.join(REGISTRY)}")
+    return name
+
+
+EngineName = Annotated[str, AfterValidator(_known_engine)]
 PositiveMs = Annotated[float, BeforeValidator(_yaml12_float), Field(gt=0, le=REAL_MAX, allow_inf_nan=False)]
 NonNegMs = Annotated[float, BeforeValidator(_yaml12_float), Field(ge=0, le=REAL_MAX, allow_inf_nan=False)]
+Share = Annotated[float, BeforeValidator(_yaml12_float), Field(gt=0, le=1, allow_inf_nan=False)]
 Count = Annotated[int, Field(ge=1, le=COUNT_MAX)]
 Whole = Annotated[int, Field(ge=0, le=COUNT_MAX)]
 FilePath = Annotated[str, Field(min_length=1)]
@@ -102,6 +112,8 @@ class GpuConfig(_Strict):
     min_layers: Count = 1
     max_layers: Count | None = None
     host: Name = "local"
+    mem_bandwidth: Rate | None = None
+    buffer: Size | None = None
 
 
 class RigConfig(_Strict):
@@ -115,11 +127,18 @@ class RigConfig(_Strict):
     first_stage_min_layers: Count = 1
     order: Literal["as-given", "auto"] = "as-given"
     objective: Literal["time", "mass", "throughput"] = "time"
-    engine: Literal["strata", "llama.cpp", "vllm", "sglang"] = "strata"
+    engine: EngineName = DEFAULT_ENGINE
     host_bandwidth: Rate | None = None
     host_memory: Size | None = None
     network_handoff_ms: NonNegMs | None = None
     idle_gpus: bool = False
+    gpu_efficiency: (
+        Annotated[float, BeforeValidator(_yaml12_float), Field(gt=0, le=1, allow_inf_nan=False)] | None
+    ) = None
+    layer_overhead_ms: NonNegMs | None = None
+    switch_ms: NonNegMs | None = None
+    depth: Annotated[int, Field(ge=0, le=COUNT_MAX)] = 0
+    gpu_memory_utilization: Share | None = None
     gpus: Annotated[list[GpuConfig], Field(min_length=1)]
 
 
@@ -142,6 +161,9 @@ class ModelConfig(_Strict):
     active_experts: Count | None = None
     expert_tensors: dict[str, PerLayerSize] | None = None
     max_context: Count | None = None
+    nextn_layers: Whole = 0
+    vocab_size: Count | None = None
+    embedding_bytes: Size = 0
 
 
 _MESSAGES = {"missing": "missing (required)"}
@@ -260,13 +282,48 @@ def load_rig(path: Path) -> tuple[RigConfig, YamlDoc]:
         has_est = gpu.sms is not None or gpu.clock_ghz is not None
         if gpu.layer_ms is not None and has_est:
             raise doc.error(("gpus", i, "layer_ms"), "give layer_ms or sms and clock_ghz, not both")
-        if gpu.layer_ms is None and (gpu.sms is None or gpu.clock_ghz is None):
+        if has_est and (gpu.sms is None or gpu.clock_ghz is None):
             key = "sms" if gpu.sms is None else "clock_ghz"
-            what = "needs layer_ms, or both sms and clock_ghz" if not has_est else "missing (required)"
-            raise doc.error(("gpus", i) + ((key,) if has_est else ()), what)
+            raise doc.error(("gpus", i, key), "missing (required)")
         if gpu.max_layers is not None and gpu.max_layers < gpu.min_layers:
             raise doc.error(("gpus", i, "max_layers"), f"is below min_layers ({gpu.min_layers})")
+    bad = host_problem([gpu.host if "host" in gpu.model_fields_set else None for gpu in rig.gpus])
+    if bad is not None:
+        raise doc.error(("gpus", bad[0], "host"), bad[1])
     return rig, doc
+
+
+_ALL_OR_NONE = "give every GPU a host, or none (all on one machine)"
+
+
+def host_problem(hosts: list[str | None]) -> tuple[int, str] | None:
+    """The first GPU whose host breaks the rules, and why; None when they hold.
+
+    ``hosts`` is each GPU's host as written (None: left out). A name must not be blank; every GPU names
+    its host or none does (a rig half of which forgot ``host:`` would put that half on a machine
+    ``local`` the others never meant); and two names that differ only in case or surrounding spaces
+    are one machine misspelt, not two.
+    """
+    for i, host in enumerate(hosts):
+        if host is not None and not host.strip():
+            return i, "is empty; name the machine, or leave host out on every GPU"
+    named = [i for i, host in enumerate(hosts) if host is not None]
+    if named and len(named) < len(hosts):
+        if hosts[0] is None:
+            return named[0], f"{brief(hosts[named[0]])}, but GPU 0 names no host: {_ALL_OR_NONE}"
+        i = hosts.index(None)
+        return i, f"missing, but GPU 0 names host {brief(hosts[0])}: {_ALL_OR_NONE}"
+    seen: dict[str, int] = {}
+    for i, host in enumerate(hosts):
+        if host is None:
+            continue
+        first = seen.setdefault(host.strip().casefold(), i)
+        if hosts[first] != host:
+            return i, (
+                f"{brief(host)} differs from host {brief(hosts[first])} of GPU {first} only in case or "
+                "spaces; spell one machine one way"
+            )
+    return None
 
 
 def check_host_runs(rig: RigConfig, doc: YamlDoc) -> None:

@@ -1,20 +1,16 @@
-"""Engine flags that make an engine run exactly the chosen plan (SPEC 6.4).
+"""The pieces of the engines' exports: device order, partition variables, llama.cpp's -ts and -ot.
 
-Pure functions, no I/O. Each engine's mapping from these flags to layers and devices is re-implemented in
-tests/engine_mapping.py and checked over random plans in tests/test_export.py; docs/exports.md says why
-each form is exact.
+Pure functions, no I/O; each engine assembles its own lines from them (solver.engines). Each
+engine's mapping from these flags to layers and devices is re-implemented in tests/engine_mapping.py
+and checked over random plans in tests/test_export.py; docs/exports.md says why each form is exact.
 """
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
 from collections import defaultdict
 from dataclasses import dataclass
-
-from solver.engines import ENGINES
-from solver.export_hosts import Hosts, llama_rpc_lines, sglang_node_lines, vllm_ray_lines
 
 # llama.cpp refuses a --tensor-split with llama_max_devices() (16) entries or more (common/arg.cpp).
 LLAMA_MAX_SPLITS = 15
@@ -59,73 +55,7 @@ def stage_sizes(cuts: list[int], n_layers: int) -> list[int]:
     return [b - a for a, b in zip([0, *cuts], [*cuts, n_layers])]
 
 
-def export_lines(
-    engine: str,
-    gpus: list[int],
-    cuts: list[int],
-    n_layers: int,
-    offload: list[Offload] | tuple[Offload, ...] = (),
-    tensor_names: list[str] | None = None,
-    extra_blocks: int = 0,
-    hosts: Hosts | None = None,
-) -> list[str]:
-    """Lines to paste (shell commands or flags) that make ``engine`` run the plan.
-
-    ``gpus`` are rig GPU indices in pipeline order, taken to be CUDA device numbers; ``cuts`` the first
-    layer of every later stage. llama.cpp only: ``offload`` lists the expert tensors left on the CPU;
-    ``tensor_names``, when given (every tensor name of the model), proves the -ot pattern selects exactly
-    them; ``extra_blocks`` counts blocks the GGUF holds after the planned layers (GLM's MTP layers are in
-    its block_count), which llama.cpp puts on the last device with the output. ``hosts`` says where
-    each rig GPU is, for a plan that spans machines (SPEC 8). Raises ValueError for a plan the engine
-    cannot express.
-    """
-    ordered = list(cuts) == sorted(set(cuts)) and all(0 < c < n_layers for c in cuts)
-    if len(cuts) != len(gpus) - 1 or not ordered:
-        raise ValueError(f"cuts {cuts} do not split {n_layers} layers into {len(gpus)} stages")
-    if offload and engine != "llama.cpp":
-        raise ValueError(f"{engine} keeps every weight on its GPU: nothing to offload")
-    sizes = stage_sizes(cuts, n_layers)
-    if hosts is not None and hosts.spans(gpus):
-        return _across_hosts(engine, gpus, sizes, n_layers + extra_blocks, offload, tensor_names, hosts)
-    lines = _device_order(gpus)
-    if engine == "strata":
-        config = json.dumps({"layer_split": cuts})[1:-1]
-        if not cuts:  # one stage: an empty --layer-split would be a broken flag
-            return [*lines, "# one GPU runs every layer: no --layer-split needed", config]
-        return [*lines, f"--layer-split {','.join(map(str, cuts))}", config]
-    if engine == "vllm":
-        return [*lines, _env("VLLM_PP_LAYER_PARTITION", sizes), f"--pipeline-parallel-size {len(gpus)}"]
-    if engine == "sglang":
-        return [*lines, _env("SGLANG_PP_LAYER_PARTITION", sizes), f"--pp-size {len(gpus)}"]
-    if engine == "llama.cpp":
-        return [*lines, *_llama_flags(sizes, n_layers + extra_blocks, offload, tensor_names)]
-    raise ValueError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
-
-
-def _across_hosts(
-    engine: str,
-    gpus: list[int],
-    sizes: list[int],
-    n_blocks: int,
-    offload: list[Offload] | tuple[Offload, ...],
-    names: list[str] | None,
-    hosts: Hosts,
-) -> list[str]:
-    partition = ",".join(map(str, sizes))
-    if engine == "llama.cpp":
-        split, *override = _llama_flags(sizes, n_blocks, offload, names)
-        servers, main, devices = llama_rpc_lines(hosts, gpus)
-        return [*servers, *main, devices, split, *override]
-    if engine == "vllm":
-        return vllm_ray_lines(hosts, gpus, partition)
-    if engine == "sglang":
-        return sglang_node_lines(hosts, gpus, partition)
-    if engine == "strata":
-        raise ValueError("strata runs on one machine: its plan cannot span hosts")
-    raise ValueError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
-
-
-def _device_order(gpus: list[int]) -> list[str]:
+def device_order(gpus: list[int]) -> list[str]:
     """``CUDA_VISIBLE_DEVICES=...`` unless the engine's devices 0..k-1 already are the plan's.
 
     Environment lines are bare ``NAME=VALUE`` assignments, the form the engines document: export them,
@@ -136,7 +66,8 @@ def _device_order(gpus: list[int]) -> list[str]:
     return [f"CUDA_VISIBLE_DEVICES={','.join(map(str, gpus))}"]
 
 
-def _env(name: str, sizes: list[int]) -> str:
+def env_line(name: str, sizes: list[int]) -> str:
+    """``NAME=c_0,c_1,...``: an engine's layers-per-stage variable."""
     return f"{name}={','.join(map(str, sizes))}"
 
 
@@ -150,9 +81,10 @@ def tensor_split(sizes: list[int], n_blocks: int) -> list[int]:
     return [*sizes[:-1], sizes[-1] + n_blocks - sum(sizes) + 1]
 
 
-def _llama_flags(
+def llama_flags(
     sizes: list[int], n_blocks: int, offload: list[Offload] | tuple[Offload, ...], names: list[str] | None
 ) -> list[str]:
+    """``--split-mode layer -ngl 999 --tensor-split ...`` and, when experts stay on the CPU, one ``-ot``."""
     if len(sizes) > LLAMA_MAX_SPLITS:
         raise ValueError(
             f"llama.cpp takes at most {LLAMA_MAX_SPLITS} --tensor-split values; "

@@ -6,8 +6,9 @@ import time
 
 import numpy as np
 
+from solver import interrupt
 from solver.arcs import Arcs, best_through
-from solver.engines import Table
+from solver.engines import Table, engine_of
 from solver.problem import Problem
 from solver.units import format_size
 
@@ -87,7 +88,7 @@ def explain(p: Problem, table: Table, arcs: Arcs | None = None, time_left: float
     weights = int(need[0, n]) + (k - 1) * p.stage_bytes  # the whole model as one range, k stages' buffers
     total = sum(max(x, 0) for x in avail)
     if weights > total:
-        what = "weights, every expert, session" if p.engine in ("vllm", "sglang") else "weights, session"
+        what = engine_of(p).holds
         return (
             f"the {n} layers need {format_size(weights)} for {what} and stage buffers; "
             f"the {k} GPUs have {format_size(total)} free after reserves"
@@ -161,7 +162,7 @@ def _core_reason(p: Problem, table: Table, time_limit: float = CORE_TIME) -> str
         model.clear_assumptions()
         model.add_assumptions([lits[r] for r in active])
         solver.parameters.max_time_in_seconds = max(0.05, deadline - time.perf_counter())
-        status = solver.solve(model)
+        status = interrupt.solve(solver, model)
         timed_out |= status == cp_model.UNKNOWN
         return status == cp_model.INFEASIBLE
 

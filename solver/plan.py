@@ -1,4 +1,4 @@
-"""A placement evaluated exactly as SPEC 3 defines it: per-stage walks, window and held mass."""
+"""A placement evaluated from the definition: each stage's fill by its engine, the window and held mass."""
 
 from __future__ import annotations
 
@@ -6,9 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import pairwise
 
-import numpy as np
-
-from solver.engines import StageFill, stage_fill
+from solver.engines import StageFill, engine_of, stage_fill
 from solver.problem import Problem
 
 
@@ -31,6 +29,7 @@ class Stage:
     spare_tokens: int | None = None
     offload: list[tuple[int, tuple[str, ...]]] = field(default_factory=list)
     fits: bool = True
+    switch_ms: float = 0.0
 
     @property
     def stage_ms(self) -> float:
@@ -64,6 +63,11 @@ class Placement:
         return max(s.stage_ms for s in self.stages)
 
     @property
+    def tokens_per_s(self) -> float:
+        """Decode speed: one token per window."""
+        return 1000.0 / self.window_ms if self.window_ms > 0 else float("inf")
+
+    @property
     def host_bytes(self) -> int:
         """Bytes of experts the plan leaves in host memory (the engine reads misses from there)."""
         return sum(s.host_bytes for s in self.stages)
@@ -93,10 +97,11 @@ def evaluate(
     """Fill each stage (by the engine's rule unless ``fill`` says otherwise) and add up ``window_ms``
     and ``held_mass`` in floating point."""
     bounds = [0, *cuts, p.n_layers]
-    stages = []
+    stages, fills = [], []
     for s, g in enumerate(gpus):
         a, b = bounds[s], bounds[s + 1]
         f = fill(p, int(g), a, b)
+        fills.append(f)
         stages.append(
             Stage(
                 gpu=int(g),
@@ -108,20 +113,17 @@ def evaluate(
                 held_pairs=f.held,
                 visible_pairs=f.visible,
                 held_mass=f.held_mass,
-                compute_ms=(b - a) * float(p.layer_ms[g]),
+                compute_ms=(b - a) * float(p.layer_ms[g]) if f.gpu_ms is None else f.gpu_ms,
                 miss_ms=f.miss_ms,
+                switch_ms=f.switch_ms,
                 host_bytes=f.host_bytes,
                 spare_tokens=f.spare_tokens,
                 offload=f.offload,
                 fits=f.fits,
             )
         )
-    held = float(np.sum([s.held_mass for s in stages])) if p.engine in ("strata", "llama.cpp") else 1.0
     compute = sum(s.compute_ms for s in stages) + handoffs_ms(p, [s.gpu for s in stages])
-    if p.engine == "strata":
-        window = compute + p.miss_ms * (1.0 - held)
-    else:
-        window = compute + sum(s.miss_ms for s in stages)
+    window, held = engine_of(p).totals(p, fills, compute)
     return Placement(stages=stages, window_ms=window, held_mass=held)
 
 

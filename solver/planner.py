@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from solver.arcs import Arcs, build_arcs
-from solver.baselines import Baseline, engine_baseline
-from solver.engines import build_table
+from solver.baselines import Baseline
+from solver.engines import build_table, engine_of
 from solver.infeasible import explain
 from solver.plan import Placement, bounds_ok, evaluate, feasible
 from solver.problem import Problem
@@ -25,6 +25,7 @@ from solver.solvers import Limits, Solution, TooLarge
 from solver.solvers.cpsat import forced_time, solve_cpsat
 from solver.solvers.dp import MAX_STATES_FREE_ORDER, dp_states, solve_dp
 from solver.solvers.exhaustive import count_placements, solve_exhaustive
+from solver.solvers.orders import solve_in_orders
 from solver.solvers.proportional import solve_proportional
 from solver.solvers.pruned import applies, solve_pruned
 from solver.solvers.subsetdp import MAX_STEPS, forced_times, subset_steps
@@ -63,7 +64,7 @@ class Result:
     reason: str | None = None
     oracle: Oracle | None = None
     idle_cost_ms: dict[int, float | None] | None = None
-    default: Baseline | None = None  # what a non-strata engine does unasked (its own default split)
+    default: Baseline | None = None  # what the engine does unasked, where that is not the proportional split
 
     @property
     def compared(self) -> Baseline:
@@ -170,11 +171,20 @@ def _dp_in_order(arcs: Arcs, gpus: tuple[int, ...], limits: Limits | None = None
     return dataclasses.replace(got, gpus=tuple(gpus[s] for s in got.gpus))
 
 
-def run_oracle(p: Problem, arcs: Arcs, solution: Solution, limits: Limits) -> Oracle:
-    """Solve again with an oracle and compare plans (an unproven plan need only be no better)."""
-    name = pick_oracle(arcs, solution)
+def run_oracle(
+    p: Problem, arcs: Arcs, solution: Solution, limits: Limits, orders: list[tuple[int, ...]] | None = None
+) -> Oracle:
+    """Solve again with an oracle and compare plans (an unproven plan need only be no better). With the
+    engine's allowed ``orders``, enumeration in each of them."""
+    small = orders is not None and count_placements(arcs) <= EXHAUSTIVE_CHECK_LIMIT
+    if orders is not None:
+        name = "exhaustive in the engine's orders" if small else "dp in the chosen GPU order"
+    else:
+        name = pick_oracle(arcs, solution)
     try:
-        if name == "exhaustive":
+        if small:
+            got = solve_in_orders(arcs, orders, solve_exhaustive)
+        elif name == "exhaustive":
             got = solve_exhaustive(arcs)
         elif name == "dp":
             got = solve_dp(arcs, limits)
@@ -203,7 +213,8 @@ def plan_rig(p: Problem, limits: Limits | None = None, check: bool = False) -> R
     table = build_table(p)
     table_ms = (time.perf_counter() - t0) * 1e3
     arcs = build_arcs(p, table)
-    solution = solve_plan(arcs, limits)
+    rule = engine_of(p).orders(p)
+    solution = solve_plan(arcs, limits) if rule is None else solve_in_orders(arcs, rule.gpus)
     plan = evaluate(p, solution.gpus, solution.cuts) if solution.found else None
     if plan is not None and not feasible(p, plan):
         raise AssertionError(f"the solver returned an infeasible plan: {plan.gpus} {plan.cuts}")
@@ -215,10 +226,10 @@ def plan_rig(p: Problem, limits: Limits | None = None, check: bool = False) -> R
     wall_ms = (time.perf_counter() - t0) * 1e3
     status = solution.status if solution.found or solution.status == "infeasible" else "unknown"
     result = Result(p, status, plan, baseline, solution, arcs, table_ms, wall_ms)
-    if p.engine != "strata":
-        result.default = engine_baseline(p)
+    result.default = engine_of(p).default_split(p)
     if status == "infeasible":
-        result.reason = explain(p, table, arcs, limits.left(t0))
+        ruled = rule is not None and rule.reason
+        result.reason = rule.reason if ruled else explain(p, table, arcs, limits.left(t0))
     elif status == "unknown" and "reason" in solution.info:
         result.reason = solution.info["reason"]
     elif status == "unknown":
@@ -226,7 +237,7 @@ def plan_rig(p: Problem, limits: Limits | None = None, check: bool = False) -> R
     if plan is not None and len(plan.gpus) < p.n_gpus:
         result.idle_cost_ms = idle_report(arcs, plan, limits)
     if check:
-        result.oracle = run_oracle(p, arcs, solution, limits)
+        result.oracle = run_oracle(p, arcs, solution, limits, None if rule is None else rule.gpus)
     return result
 
 

@@ -1,8 +1,9 @@
 """Valid but implausible input: values a user most likely mistyped, as one-line warnings.
 
-The SPEC allows ``free: 24`` (24 bytes), ``clock_ghz: 2520`` or an expert no card can hold, and the
-planner plans them; but each almost always means a missing unit or a slip, and the plan that comes
-back (nothing cached, a GPU that runs every layer) would mislead. Each check returns a Doubt naming the
+The file format allows ``free: 24`` (24 bytes), ``host_bandwidth: 55`` (55 bytes per second),
+``clock_ghz: 2520`` or an expert no card can hold, and the planner plans them; but each almost always
+means a missing unit or a slip, and the plan that comes back (nothing cached, a GPU that runs every
+layer) would mislead. Each check returns a Doubt naming the
 file, YAML line and key, what is odd and what was probably meant; the CLI prints them on stderr and
 plans anyway. The thresholds are documented in docs/reference.md ("Warnings").
 """
@@ -19,7 +20,7 @@ import numpy as np
 from solver.config import ModelConfig, RigConfig, load_model, load_rig
 from solver.problem import Problem
 from solver.profilestats import layer_ranges
-from solver.units import UNITS, format_size
+from solver.units import UNITS, format_rate, format_size, parse_rate
 from solver.yamlfile import KeyPath, YamlDoc, key_name
 
 #: Free VRAM below which a card is implausible: a CUDA card with a model to run has gigabytes.
@@ -31,6 +32,16 @@ MIN_EXPERT = 64 * 2**10
 #: The next smaller unit of each size unit, for "did you mean '1.95 MiB'?" when a size is too big.
 SMALLER = {"TiB": "GiB", "GiB": "MiB", "MiB": "KiB", "TB": "GB", "GB": "MB", "MB": "KB"}
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]+)\s*$")
+_RATE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]+)\s*/\s*[sS]\s*$")
+#: Plausible range of each rate key, bytes per second, and what it measures. Host memory: 1 GB/s is
+#: slower than one DDR3 channel or an NVMe drive, 2 TB/s beyond twelve channels of DDR5 on two sockets.
+#: A GPU's memory: 10 GB/s is slower than any GPU's memory in the card table, 20 TB/s beyond its fastest.
+RATE_RANGES: dict[str, tuple[int, int, str]] = {
+    "host_bandwidth": (10**9, 2 * 10**12, "host memory"),
+    "mem_bandwidth": (10**10, 2 * 10**13, "a GPU's memory"),
+}
+#: The unit a rate most likely meant when it came out too slow (``55 MB/s`` for ``55 GB/s``) or too fast.
+BIGGER = {"B": "GB", "KB": "GB", "MB": "GB", "KiB": "GiB", "MiB": "GiB"}
 
 
 @dataclass(frozen=True)
@@ -83,6 +94,62 @@ def _gpu_doubts(rig: RigConfig, doc: YamlDoc) -> list[Doubt]:
                     f"{ghz:g} GHz is implausibly fast for a GPU (none runs above {MAX_CLOCK_GHZ:g}){guess}",
                 )
             )
+    return out
+
+
+def _rate_paths(doc: YamlDoc) -> list[KeyPath]:
+    """Where the rig gives a rate: ``host_bandwidth`` and each GPU's ``mem_bandwidth``."""
+    data = doc.data if isinstance(doc.data, dict) else {}
+    paths: list[KeyPath] = [("host_bandwidth",)] if "host_bandwidth" in data else []
+    gpus = data.get("gpus")
+    for i, gpu in enumerate(gpus if isinstance(gpus, list) else []):
+        if isinstance(gpu, dict) and "mem_bandwidth" in gpu:
+            paths.append(("gpus", i, "mem_bandwidth"))
+    return paths
+
+
+def _rate_doubt(raw: object, key: str) -> str | None:
+    """What is odd about the rate ``raw`` given for ``key``, or None."""
+    low, high, what = RATE_RANGES[key]
+    if isinstance(raw, bool) or not isinstance(raw, (int, str)):
+        return None
+    try:
+        rate = parse_rate(raw)
+    except ValueError:
+        return None  # validation says what is wrong with it
+    if isinstance(raw, int):
+        if rate >= low:
+            return None
+        return (
+            f"{raw:,} bytes per second is implausibly slow for {what} (a bare number is bytes per "
+            f"second); did you mean '{raw} GB/s'?"
+        )
+    if low <= rate <= high:
+        return None
+    slow = rate < low
+    bound = f"under {format_rate(low)}" if slow else f"over {format_rate(high)}"
+    what_odd = f"{raw} is implausibly {'slow' if slow else 'fast'} for {what} ({bound}); check the unit"
+    m = _RATE.match(raw)
+    unit = {u.lower(): u for u in UNITS}.get(m.group(2).lower(), "") if m else ""
+    guess = BIGGER.get(unit) if slow else SMALLER.get(unit)
+    if m and guess:
+        meant = Decimal(m.group(1)) * UNITS[guess]
+        if low <= meant <= high:
+            what_odd += f"; did you mean '{m.group(1)} {guess}/s'?"
+    return what_odd
+
+
+def rate_doubts(doc: YamlDoc) -> list[Doubt]:
+    """Rates a rig most likely mistyped: a bare number (bytes per second) or a unit off by 1000s.
+
+    Reads the YAML as written, so it needs no validated rig: a rate that makes every window too long to
+    plan is named by it before planning gives up.
+    """
+    out = []
+    for path in _rate_paths(doc):
+        what = _rate_doubt(_raw(doc, path), str(path[-1]))
+        if what is not None:
+            out.append(Doubt.at(doc, path, what))
     return out
 
 
@@ -147,8 +214,9 @@ def find_doubts(
     problem: Problem, rig: RigConfig, rig_doc: YamlDoc, model: ModelConfig, model_doc: YamlDoc
 ) -> list[Doubt]:
     """Every implausible value of these validated files, in file order (rig, then model)."""
+    in_rig = sorted([*rate_doubts(rig_doc), *_gpu_doubts(rig, rig_doc)], key=lambda d: d.line or 0)
     return [
-        *_gpu_doubts(rig, rig_doc),
+        *in_rig,
         *_context_doubts(problem, rig, rig_doc, model, model_doc),
         *_expert_doubts(problem, model, model_doc),
     ]

@@ -18,9 +18,10 @@ from typing import Any
 
 import click
 
+from solver.atomicfile import output_kind, write_atomic
+from solver.cards import AmbiguousCard, Card, find_card
 from solver.config import load_model, shown_path
 from solver.errors import InputError
-from solver.importers.cards import find_card
 from solver.problem import REFERENCE_GHZ, REFERENCE_LAYER_MS, REFERENCE_SMS, estimate_layer_ms
 
 MIB = 2**20
@@ -76,11 +77,18 @@ class GpuInfo:
     pcie_gen: int | None = None
     pcie_width: int | None = None
     pcie_max: tuple[int, int] | None = None
+    card: Card | None = None
     notes: dict[str, str] = field(default_factory=dict)
 
     @property
     def short_name(self) -> str:
         return short_name(self.name) if self.name else f"GPU {self.index}"
+
+    @property
+    def rig_name(self) -> str:
+        """The name the rig gives the GPU: the card table's, which says which card of a name NVML shares
+        between memory sizes it is (``RTX 3060 12GB``), else NVML's short name."""
+        return self.card.name if self.card is not None else self.short_name
 
     @property
     def clock_ghz(self) -> float | None:
@@ -144,8 +152,19 @@ def _memory(nvml: Any, handle: Any, gpu: GpuInfo) -> None:
     gpu.total, gpu.free, gpu.memory_api = int(mem.total), int(mem.free), "v1"
 
 
+def _table_card(gpu: GpuInfo) -> None:
+    """The card table's entry for the GPU, by NVML's name and, where the name is shared between memory
+    sizes (an RTX 3060 has 8 or 12 GB), by NVML's total memory."""
+    if gpu.name is None:
+        return
+    try:
+        gpu.card = find_card(gpu.name, None if gpu.total is None else gpu.total // MIB)
+    except AmbiguousCard as exc:
+        gpu.notes["card"] = str(exc)
+
+
 def _sms(nvml: Any, handle: Any, gpu: GpuInfo) -> None:
-    """SM count: NVML's CUDA cores / cores per SM of the compute capability, else the name table."""
+    """SM count: NVML's CUDA cores / cores per SM of the compute capability, else the card table."""
     cores, why_cores = _try(nvml, "nvmlDeviceGetNumGpuCores", handle)
     cc, why_cc = _try(nvml, "nvmlDeviceGetCudaComputeCapability", handle)
     if cores is not None and cc is not None:
@@ -156,13 +175,13 @@ def _sms(nvml: Any, handle: Any, gpu: GpuInfo) -> None:
             gpu.sms_source = f"NVML: {cores} CUDA cores / {per} per SM at compute {cc[0]}.{cc[1]}"
             return
         why_cores = f"{cores} CUDA cores at compute {cc[0]}.{cc[1]} do not give a known SM count"
-    known = find_card(gpu.name) if gpu.name else None
-    if known is not None:
-        gpu.sms = known.sms
+    if gpu.card is not None and gpu.card.sms is not None:
+        gpu.sms = gpu.card.sms
         gpu.sms_source = "moesplit's table by name"
         return
     reason = why_cores or why_cc
-    gpu.notes["sms"] = f"NVML does not report SMs ({reason}) and {gpu.short_name!r} is not in the table"
+    table = gpu.notes.get("card") or f"{gpu.short_name!r} is not in the table"
+    gpu.notes["sms"] = f"NVML does not report SMs ({reason}) and {table}"
 
 
 def read_gpu(nvml: Any, index: int) -> GpuInfo:
@@ -187,6 +206,7 @@ def read_gpu(nvml: Any, index: int) -> GpuInfo:
     if pci is None:
         gpu.notes["bus_id"] = str(why)
     _memory(nvml, handle, gpu)
+    _table_card(gpu)
     clock, why = _try(nvml, "nvmlDeviceGetMaxClockInfo", handle, getattr(nvml, "NVML_CLOCK_SM", 1))
     if clock:
         gpu.clock_mhz = int(clock)
@@ -295,7 +315,10 @@ def _gpu_lines(pos: int, gpu: GpuInfo, reserve_mib: int, host: str | None = None
     else:
         where.append(f"PCIe link unknown ({gpu.notes.get('pcie', '')})")
     lines = [f"  # GPU {pos}: " + ", ".join(where)]
-    lines.append(f"  - name: {json.dumps(gpu.short_name)}")
+    lines.append(f"  - name: {json.dumps(gpu.rig_name)}")
+    if gpu.card is not None and gpu.rig_name != gpu.short_name:
+        total = "" if gpu.total is None else f", {gpu.total // MIB} MiB total"
+        lines.append(f"    #   NVML name {gpu.name!r}{total}: the card table's {gpu.rig_name!r}")
     if host is not None:
         lines.append(_line("host", json.dumps(host), "the machine this GPU is in (SPEC 8)"))
     if gpu.free is not None:
@@ -379,11 +402,11 @@ def problems(gpus: list[GpuInfo]) -> list[str]:
     out = []
     for pos, gpu in enumerate(gpus):
         if gpu.free is None:
-            out.append(f"gpus[{pos}] ({gpu.short_name}): free memory unknown: {gpu.notes.get('free')}")
+            out.append(f"gpus[{pos}] ({gpu.rig_name}): free memory unknown: {gpu.notes.get('free')}")
         if gpu.sms is None:
-            out.append(f"gpus[{pos}] ({gpu.short_name}): SM count unknown: {gpu.notes.get('sms')}")
+            out.append(f"gpus[{pos}] ({gpu.rig_name}): SM count unknown: {gpu.notes.get('sms')}")
         if gpu.clock_mhz is None:
-            out.append(f"gpus[{pos}] ({gpu.short_name}): max SM clock unknown: {gpu.notes.get('clock_ghz')}")
+            out.append(f"gpus[{pos}] ({gpu.rig_name}): max SM clock unknown: {gpu.notes.get('clock_ghz')}")
     return out
 
 
@@ -418,6 +441,11 @@ def run(
     """Probe, write the rig to ``output`` (or return it for stdout); report to stderr. Raises ProbeError."""
     if output is not None and output.exists() and not force:
         raise ProbeError(f"{shown_path(output)}: already exists (give --force to overwrite)", EXIT_INPUT)
+    if output is not None:
+        try:
+            output_kind(output, shown_path(output))
+        except InputError as exc:
+            raise ProbeError(str(exc), EXIT_INPUT) from None
     if reserve % MIB:
         raise ProbeError(f"--reserve: give whole MiB, got {reserve} bytes", EXIT_INPUT)
     model_ref = None
@@ -444,15 +472,15 @@ def run(
     for pos, gpu in enumerate(gpus):
         free = "free ?" if gpu.free is None else f"{gpu.free // MIB} MiB free"
         speed = "layer_ms ?" if gpu.layer_ms is None else f"{gpu.layer_ms:.4f} ms/layer (estimate)"
-        click.echo(f"  gpus[{pos}] {gpu.short_name}: {free}, {speed}", err=True)
+        click.echo(f"  gpus[{pos}] {gpu.rig_name}: {free}, {speed}", err=True)
     for line in problems(gpus):
         click.echo(f"EDIT {line}", err=True)
     if model_ref is None:
         click.echo("EDIT model: name your model file in the rig, or plan with --model FILE", err=True)
     if output is not None:
         try:
-            output.write_text(text)
-        except OSError as exc:
-            raise ProbeError(f"{shown_path(output)}: cannot write: {exc.strerror}", EXIT_INPUT) from None
+            write_atomic(output, shown_path(output), text)
+        except InputError as exc:
+            raise ProbeError(str(exc), EXIT_INPUT) from None
         click.echo(f"wrote {shown_path(output)}", err=True)
     return text

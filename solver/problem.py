@@ -18,20 +18,14 @@ from solver.config import (
     shown_path,
 )
 from solver.curves import pair_mass
+from solver.engines import DEFAULT_ENGINE, engine_named
+from solver.engines.bandwidth import Speed
 from solver.errors import InputError
 from solver.profile import Profile, check_against, read_profile
-from solver.yamlfile import YamlDoc
+from solver.scales import BYTE_LIMIT, COARSE_TIME_SCALE, COEFF_BUDGET, MASS_SCALE, TABLE_CELLS
+from solver.units import per_layer
+from solver.yamlfile import YamlDoc, load_yaml
 
-#: Every byte quantity the planner adds up stays below this, so int64 sums are exact.
-BYTE_LIMIT = 2**62
-#: The range-walk tables hold k * (L+1)^2 and (L+1) * (N+1) int64 cells; past this they take gigabytes.
-TABLE_CELLS = 2**25
-#: CP-SAT refuses an objective whose coefficients could sum past about 2^62; arc weights stay below this.
-COEFF_BUDGET = 2**60
-#: Integer units per ms of the arc weights: the finest, and the coarsest SPEC 3 allows (1e-6 ms).
-FINE_TIME_SCALE, COARSE_TIME_SCALE = 10**12, 10**6
-#: Integer units of held mass (SPEC 3 compares mass in units of 1e-12).
-MASS_SCALE = 10**12
 #: The engine's per-layer estimate: an RTX 5080 (84 SMs at 2.617 GHz) runs a layer in 0.33 ms.
 REFERENCE_LAYER_MS, REFERENCE_SMS, REFERENCE_GHZ = 0.33, 84, 2.617
 
@@ -51,13 +45,21 @@ class Problem:
     host_memory        bytes of host RAM for the experts no GPU holds (None: no limit)
     engine             strata | llama.cpp | vllm | sglang (solver.engines)
     kv_per_layer (L,)  KV bytes one token costs each layer (resident engines' spare KV)
-    unit_* (U,)        llama.cpp's expert tensors in fill order (bytes descending, then layer, then
-                       the model's tensor order): layer, bytes, CPU ms per window, tensor names
+    unit_* (U,)        llama.cpp's expert tensors by layer, then the model's tensor order: layer,
+                       bytes, CPU ms per window, tensor names
     gpu_host (k,)      index into host_names of each GPU's machine (None: all on one); a boundary
                        between hosts costs network_handoff_ms (None: handoff_ms), within one handoff_ms
-    idle_gpus          the plan may leave GPUs out (SPEC 8)
+    idle_gpus          the plan may leave GPUs out
+    speed              bandwidths and constants of the speed-from-bytes engines (None: every GPU's
+                       time per layer is its layer_ms); dense_bytes (L,) the weights a token reads per
+                       layer besides experts; active_experts the experts a token uses per MoE layer
+    host_bandwidth     bytes/s the CPU streams experts kept in host memory at (llama.cpp's unit_ms)
+    nextn_layers       blocks the engine's file holds after the planned layers (MTP), placed on the
+                       last device with the output
+    unit_slot (U,)     llama.cpp's unit's position among its layer's tensors (the model's order)
     pair_layer (N,)    layer of rank r; pair_bytes (N,) its cached size; mass (N,) its routed mass
-    free, reserve (k,) bytes; layer_ms (k,) ms per layer; min_layers, max_layers (k,)
+    free, reserve (k,) bytes (reserve: the rig's plus the engine's own buffers on the card)
+    layer_ms (k,) ms per layer; min_layers, max_layers (k,)
     """
 
     rig: str
@@ -85,7 +87,7 @@ class Problem:
     files: dict[str, str] = field(default_factory=dict)
     experts: np.ndarray | None = None
     host_memory: int | None = None
-    engine: str = "strata"
+    engine: str = DEFAULT_ENGINE
     kv_per_layer: np.ndarray | None = None
     unit_layer: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     unit_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
@@ -95,6 +97,12 @@ class Problem:
     host_names: list[str] = field(default_factory=lambda: ["local"])
     network_handoff_ms: float | None = None
     idle_gpus: bool = False
+    speed: Speed | None = None
+    dense_bytes: np.ndarray | None = None
+    active_experts: int = 0
+    unit_slot: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    nextn_layers: int = 0
+    host_bandwidth: int | None = None
 
     @property
     def n_layers(self) -> int:
@@ -124,16 +132,14 @@ class Problem:
     @property
     def miss_total_ms(self) -> float:
         """The most a window can spend on misses: nothing held at all."""
-        if self.engine == "strata":
-            return self.miss_ms
-        return float(self.unit_ms.sum())
+        return engine_named(self.engine).miss_total_ms(self)
 
     @property
     def worst_window_ms(self) -> float:
         """More than any arc's time weight or any window can be, in ms: what the integer scale must fit."""
-        slowest = float(self.layer_ms.max(initial=0.0))
+        slowest = engine_named(self.engine).slowest_gpu_ms(self)
         hop = max(self.handoff_ms, self.network_ms)
-        return slowest * self.n_layers + self.miss_total_ms + hop * self.n_gpus + 1.0
+        return slowest + self.miss_total_ms + hop * self.n_gpus + 1.0
 
     @property
     def most_arcs(self) -> int:
@@ -150,10 +156,6 @@ class Problem:
             - (self.last_stage_bytes if b == self.n_layers else 0)
             - int(self.layer_bytes[a:b].sum())
         )
-
-
-def _per_layer(value: int | list[int], n: int) -> list[int]:
-    return list(value) if isinstance(value, list) else [value] * n
 
 
 def _kinds(model: ModelConfig) -> list[str]:
@@ -175,7 +177,7 @@ def layer_bytes_of(model: ModelConfig, context: int) -> list[int]:
     n = model.layers
     kinds = _kinds(model)
     by_kind = _by_kind
-    dense = _per_layer(model.dense_bytes, n)
+    dense = per_layer(model.dense_bytes, n)
     return [
         dense[i]
         + by_kind(model.state_bytes, kinds[i])
@@ -195,37 +197,6 @@ class Overrides:
     context: int | None = None
     engine: str | None = None
     idle_gpus: bool = False
-
-
-#: The tensors one default llama.cpp unit stands for: a MoE layer's three routed expert tensors.
-DEFAULT_EXPERT_TENSORS = ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")
-
-
-def llama_units(
-    model: ModelConfig, host_bandwidth: int, experts: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[tuple[str, ...]]]:
-    """llama.cpp's units in fill order: (layer, bytes, CPU ms per window, tensor names), SPEC 6.2.
-
-    A unit is one expert tensor of one layer (``expert_tensors``), or, without that key, one per MoE
-    layer of ``experts[l] * expert_bytes[l]`` bytes standing for its three expert tensors.
-    """
-    n = model.layers
-    if model.expert_tensors is None:
-        sizes = experts * np.array(_per_layer(model.expert_bytes, n), dtype=object)
-        tensors = {DEFAULT_EXPERT_TENSORS: [int(x) for x in sizes]}
-    else:
-        tensors = {(name,): _per_layer(value, n) for name, value in model.expert_tensors.items()}
-    rows = [
-        (-size, layer, t, names)
-        for t, (names, per) in enumerate(tensors.items())
-        for layer, size in enumerate(per)
-        if size > 0 and experts[layer] > 0
-    ]
-    rows.sort(key=lambda r: r[:3])
-    layer = np.array([r[1] for r in rows], dtype=np.int64)
-    size = np.array([-r[0] for r in rows], dtype=np.int64)
-    ms = 1000.0 * model.active_experts * size.astype(np.float64) / (experts[layer] * float(host_bandwidth))
-    return layer, size, ms, [r[3] for r in rows]
 
 
 def resolve(
@@ -250,8 +221,8 @@ def resolve(
             f"over the {TABLE_CELLS:,} moesplit plans in",
             key="gpus" if by_gpu >= by_pair and k > n else "layers",
         )
-    experts = np.array(_per_layer(model.experts, n), dtype=np.int64)
-    expert_bytes = np.array(_per_layer(model.expert_bytes, n), dtype=object)
+    experts = np.array(per_layer(model.experts, n), dtype=np.int64)
+    expert_bytes = np.array(per_layer(model.expert_bytes, n), dtype=object)
     if profile is not None:
         _check_profile(profile, model, experts, model_file)
     layer_bytes = layer_bytes_of(model, context)
@@ -271,12 +242,14 @@ def resolve(
             f"the model's sizes add up to {total} bytes at a context of {context}, "
             f"beyond the 2^62 bytes moesplit plans in",
         )
-    units = {}
-    if rig.engine == "llama.cpp":
-        layer, size, ms, names = llama_units(model, rig.host_bandwidth, experts)
-        units = {"unit_layer": layer, "unit_bytes": size, "unit_ms": ms, "unit_names": names}
+    extra = engine_named(rig.engine).problem_fields(rig, model, experts)
     gpus = rig.gpus
-    layer_ms = [g.layer_ms if g.layer_ms is not None else estimate_layer_ms(g.sms, g.clock_ghz) for g in gpus]
+    buffer = [
+        g.buffer if g.buffer is not None else b for g, b in zip(gpus, extra.pop("buffers", [0] * len(gpus)))
+    ]
+    layer_ms = extra.pop("layer_ms", None) or [
+        g.layer_ms if g.layer_ms is not None else estimate_layer_ms(g.sms, g.clock_ghz) for g in gpus
+    ]
     p = Problem(
         rig=rig_name,
         model=model_name,
@@ -286,14 +259,14 @@ def resolve(
         pair_bytes=pair_bytes.astype(np.int64),
         mass=pair_mass(model.curve, len(profile), profile.count) if profile is not None else np.zeros(0),
         free=np.array([g.free for g in gpus], dtype=np.int64),
-        reserve=np.array([g.reserve for g in gpus], dtype=np.int64),
+        reserve=np.array([g.reserve for g in gpus], dtype=np.int64) + np.array(buffer, dtype=np.int64),
         layer_ms=np.array(layer_ms, dtype=np.float64),
         min_layers=np.array([g.min_layers for g in gpus], dtype=np.int64),
         max_layers=np.array([min(g.max_layers or n, n) for g in gpus], dtype=np.int64),
         gpu_names=[g.name if g.name is not None else f"GPU {i}" for i, g in enumerate(gpus)],
         stage_bytes=model.stage_bytes,
-        first_stage_bytes=model.first_stage_bytes,
-        last_stage_bytes=model.last_stage_bytes,
+        first_stage_bytes=extra.pop("first_stage_bytes", model.first_stage_bytes),
+        last_stage_bytes=model.last_stage_bytes + extra.pop("last_stage_extra", 0),
         first_stage_min_layers=rig.first_stage_min_layers,
         miss_ms=rig.miss_ms,
         handoff_ms=rig.handoff_ms,
@@ -308,7 +281,8 @@ def resolve(
         host_memory=rig.host_memory,
         engine=rig.engine,
         kv_per_layer=np.array(kv_per_layer_of(model), dtype=np.int64),
-        **units,
+        nextn_layers=model.nextn_layers,
+        **extra,
     )
     _check_scales(p, files.get("rig", rig_name))
     return p
@@ -345,11 +319,7 @@ def _check_scales(p: Problem, rig_file: str) -> None:
     without CP-SAT's objective overflowing (solver.arcs scales every weight to integers)."""
     worst = p.worst_window_ms
     if worst * COARSE_TIME_SCALE * p.most_arcs >= COEFF_BUDGET:
-        raise InputError(
-            rig_file,
-            f"a window could take {worst:.4g} ms over {p.most_arcs:,} (GPU, layer range) choices, too "
-            f"much to score in whole units of 1e-6 ms; lower layer_ms, miss_ms or handoff_ms",
-        )
+        raise _too_long(p, rig_file, worst)
     if p.objective == "mass" and MASS_SCALE * p.most_arcs >= COEFF_BUDGET:
         raise InputError(
             rig_file,
@@ -357,6 +327,31 @@ def _check_scales(p: Problem, rig_file: str) -> None:
             f"1e-12; use objective time",
             key="objective",
         )
+
+
+def _too_long(p: Problem, rig_file: str, worst: float) -> InputError:
+    """The error for windows too long to score, at the key that makes them so: a mistyped rate (``55``
+    is 55 bytes per second) by its line, else the largest of the GPU, miss and hand-off times."""
+    from solver.plausible import rate_doubts  # plausible imports this module
+
+    what = (
+        f"a window could take {worst:.4g} ms over {p.most_arcs:,} (GPU, layer range) choices, too much "
+        f"to score in whole units of 1e-6 ms"
+    )
+    try:
+        doc: YamlDoc | None = load_yaml(Path(rig_file), rig_file)
+    except InputError:
+        doc = None
+    for doubt in rate_doubts(doc) if doc is not None else []:
+        return InputError(doubt.file, f"{doubt.message} ({what})", doubt.line, doubt.key)
+    engine = engine_named(p.engine)
+    gpu = engine.slowest_gpu_ms(p)
+    hop = max(p.handoff_ms, p.network_ms) * p.n_gpus
+    if engine.miss_rate_key and p.miss_total_ms >= max(gpu, hop):
+        key = engine.miss_rate_key
+        line = doc.line((key,)) if doc is not None else None
+        return InputError(rig_file, f"{what}; raise {key}", line, key)
+    return InputError(rig_file, f"{what}; lower layer_ms, miss_ms or handoff_ms")
 
 
 def _referenced(override: Path | None, named: str | None, holder: Path, doc: YamlDoc, key: str) -> Path:
@@ -381,15 +376,14 @@ def load_problem(rig_path: Path, overrides: Overrides | None = None) -> Problem:
         rig = rig.model_copy(update=update)
     check_host_runs(rig, rig_doc)
     files = {"rig": rig_doc.file, "model": model_doc.file}
-    if rig.engine == "llama.cpp":
-        for doc, holder, key, what in (
-            (model_doc, model, "active_experts", "the experts each token uses per MoE layer"),
-            (rig_doc, rig, "host_bandwidth", "how fast the CPU streams offloaded experts, e.g. '60 GB/s'"),
-        ):
-            if getattr(holder, key) is None:
-                raise doc.error((key,), f"missing (engine llama.cpp needs {what})")
+    engine = engine_named(rig.engine)
+    engine.check_gpus(rig, rig_doc)
+    for need in engine.required:
+        doc, holder = (rig_doc, rig) if need.file == "rig" else (model_doc, model)
+        if getattr(holder, need.key) is None and (need.when is None or need.when(rig)):
+            raise doc.error((need.key,), f"missing (engine {engine.name} needs {need.what})")
     profile = None
-    if rig.engine == "strata":  # the other engines hold whole tensors or everything: no profile
+    if engine.profile:  # the other engines hold whole tensors or everything: no profile
         profile_path = _referenced(ov.profile, model.profile, model_path, model_doc, "profile")
         profile = read_profile(profile_path, shown_path(profile_path))
         files["profile"] = profile.file

@@ -8,7 +8,6 @@ is the text format.
 from __future__ import annotations
 
 import functools
-import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -20,6 +19,7 @@ import numpy as np
 from solver.atomicfile import refuse_inputs, write_atomic
 from solver.config import load_model, shown_path
 from solver.errors import InputError
+from solver.options import Finite
 from solver.profile import Profile, check_against, read_profile, strp_bytes, write_text
 from solver.profilestats import (
     SEED_LABEL,
@@ -147,12 +147,6 @@ def _parse_experts(ctx: click.Context, param: click.Parameter, value: str) -> li
     return experts
 
 
-def _finite(ctx: click.Context, param: click.Parameter, value: float) -> float:
-    if not math.isfinite(value):
-        raise click.BadParameter(f"expected a finite number, got {value}")
-    return value
-
-
 def _synth_command(layers: int, experts: list[int], p: SynthParams) -> str:
     """The full command that reproduces a synthetic profile, every parameter spelled out."""
     e = str(experts[0]) if len(set(experts)) == 1 else ",".join(map(str, experts))
@@ -175,26 +169,23 @@ _D = SynthParams()
 )
 @click.option(
     "--skew",
-    type=float,
+    type=Finite(),
     default=_D.skew,
     show_default=True,
-    callback=_finite,
     help="Mean Zipf exponent of expert popularity within a layer.",
 )
 @click.option(
     "--spread",
-    type=click.FloatRange(min=0),
+    type=Finite(min=0),
     default=_D.spread,
     show_default=True,
-    callback=_finite,
     help="Each layer's exponent is drawn uniformly from skew +- spread.",
 )
 @click.option(
     "--cutoff",
-    type=click.FloatRange(min=0, min_open=True),
+    type=Finite(min=0, min_open=True),
     default=_D.cutoff,
     show_default=True,
-    callback=_finite,
     help="Exponential cutoff as a fraction of a layer's experts; smaller thins the tail.",
 )
 @click.option(

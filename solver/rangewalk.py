@@ -10,10 +10,12 @@ and any per-pair sum over a held set is two lookups in a prefix table of the sam
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from solver.problem import Problem
+if TYPE_CHECKING:
+    from solver.problem import Problem
 
 
 def prefix_by_layer_and_rank(pair_layer: np.ndarray, weight: np.ndarray, n_layers: int) -> np.ndarray:
@@ -39,10 +41,25 @@ def need_table(p: Problem) -> np.ndarray:
     return need
 
 
+def room_of(p: Problem, need: np.ndarray) -> np.ndarray:
+    """``free - reserve - need`` for every (g, a, b), shape (k, L+1, L+1); -1 where b <= a or it does not fit.
+
+    Exact where >= 0 (sizes stay below 2^62, see solver.scales.BYTE_LIMIT).
+    """
+    n = p.n_layers
+    avail = np.maximum(p.free - p.reserve, -1)
+    room = avail[:, None, None] - need[None, :, :]
+    room[:, ~np.triu(np.ones((n + 1, n + 1), dtype=bool), 1)] = -1
+    return np.maximum(room, -1)
+
+
+def expert_prefix(p: Problem) -> np.ndarray:
+    """Bytes of every routed expert of layers < x, shape (L+1,): all of a range's experts is two lookups."""
+    return np.concatenate([[0], np.cumsum(p.experts_per_layer * p.expert_bytes)])
+
+
 def room_table(p: Problem) -> np.ndarray:
     """Room of every (g, a, b), shape (k, L+1, L+1); -1 where b <= a or the range does not fit."""
-    from solver.engines import room_of
-
     return room_of(p, need_table(p))
 
 

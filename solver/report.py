@@ -2,22 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from rich import box
 from rich.console import Console
 from rich.table import Table
 
 from solver.baselines import Baseline
-from solver.plan import Placement, Stage
+from solver.engines import engine_of
+from solver.engines.base import PlanCell, StageCell
+from solver.plan import Placement
 from solver.planner import Result
+from solver.problem import Problem
 from solver.units import format_size
 
 
-def _stage_json(plan: Placement, engine: str) -> list[dict]:
-    out = []
-    for s in plan.stages:
-        stage = {
+def _stage_json(plan: Placement, p: Problem) -> list[dict]:
+    engine = engine_of(p)
+    return [
+        {
             "gpu": s.gpu,
             "name": s.name,
             "start": s.start,
@@ -29,20 +30,13 @@ def _stage_json(plan: Placement, engine: str) -> list[dict]:
             "visible_pairs": s.visible_pairs,
             "held_mass": s.held_mass,
             "compute_ms": s.compute_ms,
+            "gpu_ms": s.compute_ms,
             "stage_ms": s.stage_ms,
             "host_bytes": s.host_bytes,
+            **engine.stage_json(s),
         }
-        if engine == "llama.cpp":
-            stage |= {
-                "held_tensors": s.held_pairs,
-                "tensors": s.visible_pairs,
-                "cpu_ms": s.miss_ms,
-                "offload": [{"layer": layer, "tensors": list(names)} for layer, names in s.offload],
-            }
-        elif engine in ("vllm", "sglang"):
-            stage["spare_kv_tokens"] = s.spare_tokens
-        out.append(stage)
-    return out
+        for s in plan.stages
+    ]
 
 
 def _baseline_json(b: Baseline) -> dict:
@@ -53,6 +47,7 @@ def _baseline_json(b: Baseline) -> dict:
         "cuts": b.cuts,
         "feasible": b.feasible,
         "window_ms": plan.window_ms if plan else None,
+        "tokens_per_s": plan.tokens_per_s if plan else None,
         "held_mass": plan.held_mass if plan else None,
         "held_pairs": plan.held_pairs if plan else None,
         "bottleneck_ms": plan.bottleneck_ms if plan else None,
@@ -90,11 +85,12 @@ def to_json(r: Result) -> dict:
         "context": p.context,
         "status": r.status,
         "window_ms": plan.window_ms if plan else None,
+        "tokens_per_s": plan.tokens_per_s if plan else None,
         "held_mass": plan.held_mass if plan else None,
         "held_pairs": plan.held_pairs if plan else 0,
         "cuts": plan.cuts if plan else [],
         "gpus": plan.gpus if plan else [],
-        "stages": _stage_json(plan, p.engine) if plan else [],
+        "stages": _stage_json(plan, p) if plan else [],
         "engine": p.engine,
         "bottleneck_ms": plan.bottleneck_ms if plan else None,
         "host_bytes": plan.host_bytes if plan else None,
@@ -105,8 +101,7 @@ def to_json(r: Result) -> dict:
     if plan and len(p.host_names) > 1:
         for stage in out["stages"]:
             stage["host"] = p.host_names[p.hosts[stage["gpu"]]]
-    if p.engine in ("vllm", "sglang"):
-        out["spare_kv_tokens"] = plan.spare_tokens if plan else None
+    out |= engine_of(p).plan_json(plan)
     if r.reason:
         out["reason"] = r.reason
     out["baseline"] = _baseline_json(r.baseline)
@@ -141,11 +136,6 @@ def _layers(a: int, b: int) -> str:
     return f"{a}-{b - 1}"
 
 
-def _tokens(n: int | None) -> str:
-    return "no limit" if n is None else f"{n:,}"
-
-
-StageCell = Callable[[Stage], str]
 _FIRST: list[tuple[str, StageCell]] = [
     ("GPU", lambda s: f"{s.gpu} {s.name}"),
     ("layers", lambda s: _layers(s.start, s.end)),
@@ -154,58 +144,10 @@ _FIRST: list[tuple[str, StageCell]] = [
 _LAST: list[tuple[str, StageCell]] = [("compute", lambda s: f"{s.compute_ms:.2f} ms")]
 #: Shown with the throughput objective: compute plus the misses of the stage's own layers.
 _STAGE: tuple[str, StageCell] = ("stage", lambda s: f"{s.stage_ms:.2f} ms")
-#: The stage table's columns per engine: what fills the room differs, the rest is shared.
-_COLUMNS: dict[str, list[tuple[str, StageCell]]] = {
-    "strata": [
-        *_FIRST,
-        ("cache", lambda s: format_size(s.cache_bytes)),
-        ("pairs held", lambda s: f"{s.held_pairs:,}/{s.visible_pairs:,}"),
-        ("mass", lambda s: f"{s.held_mass:.2%}"),
-        *_LAST,
-    ],
-    "llama.cpp": [
-        *_FIRST,
-        ("experts on GPU", lambda s: format_size(s.cache_bytes)),
-        ("tensors kept", lambda s: f"{s.held_pairs:,}/{s.visible_pairs:,}"),
-        ("on CPU", lambda s: format_size(s.host_bytes)),
-        ("CPU", lambda s: f"{s.miss_ms:.2f} ms"),
-        *_LAST,
-    ],
-    "vllm": [
-        *_FIRST,
-        ("experts", lambda s: format_size(s.cache_bytes)),
-        ("spare KV", lambda s: _tokens(s.spare_tokens) if s.fits else "does not fit"),
-        *_LAST,
-    ],
-}
-_COLUMNS["sglang"] = _COLUMNS["vllm"]
-
-PlanCell = Callable[[Placement], str]
 _WINDOW: list[tuple[str, PlanCell]] = [
     ("window", lambda q: f"{q.window_ms:.3f} ms"),
     ("slowest stage", lambda q: f"{q.bottleneck_ms:.3f} ms"),
 ]
-#: The plan-vs-default rows per engine.
-_SUMMARY: dict[str, list[tuple[str, PlanCell]]] = {
-    "strata": [
-        *_WINDOW,
-        ("held mass", lambda q: f"{q.held_mass:.2%}"),
-        ("pairs held", lambda q: f"{q.held_pairs:,}"),
-        ("cache", lambda q: format_size(sum(s.cache_bytes for s in q.stages))),
-        ("experts in host RAM", lambda q: format_size(q.host_bytes)),
-    ],
-    "llama.cpp": [
-        *_WINDOW,
-        ("CPU time", lambda q: f"{sum(s.miss_ms for s in q.stages):.3f} ms"),
-        ("experts on GPU", lambda q: format_size(sum(s.cache_bytes for s in q.stages))),
-        ("experts on CPU", lambda q: format_size(q.host_bytes)),
-    ],
-    "vllm": [
-        *_WINDOW,
-        ("spare KV", lambda q: _tokens(q.spare_tokens) if all(s.fits for s in q.stages) else "-"),
-    ],
-}
-_SUMMARY["sglang"] = _SUMMARY["vllm"]
 
 
 def print_report(r: Result, console: Console) -> None:
@@ -219,7 +161,8 @@ def print_report(r: Result, console: Console) -> None:
             console.print(f"{r.compared.name}: {r.compared.reason}")
         return
     t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-    columns = _COLUMNS[p.engine] + ([_STAGE] if p.objective == "throughput" else [])
+    engine = engine_of(p)
+    columns = _FIRST + engine.columns + _LAST + ([_STAGE] if p.objective == "throughput" else [])
     for col, _ in columns:
         t.add_column(col, justify="left" if col in ("GPU", "layers") else "right", no_wrap=True)
     for s in plan.stages:
@@ -232,7 +175,7 @@ def print_report(r: Result, console: Console) -> None:
     c.add_column(f"plan ({r.solution.name})", justify="right")
     c.add_column(shown.name if not shown.note else f"{shown.name} ({shown.note})", justify="right")
     rows = [("cuts", ",".join(map(str, plan.cuts)), ",".join(map(str, shown.cuts)))]
-    for label, cell in _SUMMARY[p.engine]:
+    for label, cell in _WINDOW + engine.summary:
         rows.append((label, cell(plan), cell(base) if base else "-"))
     rows.append(("fits memory", "yes", "yes" if shown.feasible else "[red]no[/red]"))
     if plan.gpus != sorted(plan.gpus):

@@ -1,4 +1,5 @@
-"""Byte sizes: ``12884901888``, ``"11.2 GiB"`` or ``"1.95 MiB"``, rounded down to a whole byte."""
+"""Byte sizes (``12884901888``, ``"11.2 GiB"``, ``"1.95 MiB"``) and rates (``"60 GB/s"``), rounded down to
+a whole byte."""
 
 from __future__ import annotations
 
@@ -20,6 +21,9 @@ UNITS: dict[str, int] = {
 }
 INT64_MAX = 2**63 - 1
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
+_RATE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*/\s*[sS]\s*$")
+#: The size units by lower-case spelling, for rates (``gb/s``); the sizes themselves keep their case.
+_UNIT_ANY_CASE = {unit.lower(): unit for unit in UNITS} | {"": "B"}
 
 
 def parse_size(value: object) -> int:
@@ -51,16 +55,42 @@ def parse_size(value: object) -> int:
 
 
 def parse_rate(value: object) -> int:
-    """Bytes per second of a rate given as an integer or a size string ending in ``/s`` (``60 GB/s``)."""
+    """Bytes per second of a rate: a non-negative integer or a size string ending in ``/s`` (``60 GB/s``).
+
+    The unit's case does not matter (``60 gb/s`` is 60 GB/s: memory bandwidth is quoted in bytes). Raises
+    ValueError calling it a rate; floats and booleans are refused because a bare ``55.5`` could mean
+    bytes or GB per second.
+    """
+    units = " ".join(f"{u}/s" for u in UNITS)
+    expected = f"expected a rate like '60 GB/s' (units {units})"
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise ValueError(f"{expected}, got {brief(value)}")
     if isinstance(value, str):
-        text = value.strip()
-        if not text.endswith("/s"):
-            raise ValueError(f"expected a rate like '60 GB/s', got {brief(value)}")
-        value = text[:-2]
-    rate = parse_size(value)
+        match = _RATE.match(value)
+        unit = _UNIT_ANY_CASE.get(match.group(2).lower()) if match else None
+        if not match or unit is None:
+            raise ValueError(f"{expected}, got {brief(value)}")
+        try:
+            number = Decimal(match.group(1))
+        except InvalidOperation as exc:  # an exponent beyond what Decimal can hold
+            raise ValueError(f"{expected}, got {brief(value)}") from exc
+        rate = _floor_bytes(number, UNITS[unit])
+    else:
+        rate = value
+    if rate < 0:
+        raise ValueError(f"a rate cannot be negative, got {brief(value)}")
     if rate == 0:
         raise ValueError("a rate must be above 0 bytes per second")
+    if rate > INT64_MAX:
+        raise ValueError(f"{brief(value)} is beyond the largest rate, 2^63-1 bytes per second")
     return rate
+
+
+def format_rate(rate: int) -> str:
+    """A rate in decimal GB/s, exact so that ``parse_rate`` reads it back: ``936.2 GB/s``, ``8000 GB/s``."""
+    gb = (Decimal(rate) / 10**9).normalize()
+    text = f"{gb:f}"
+    return f"{text} GB/s"
 
 
 def _floor_bytes(number: Decimal, unit: int) -> int:
@@ -86,3 +116,8 @@ def format_size(n: int) -> str:
             value = n / scale
             return f"{sign}{value:.2f} {unit}" if value < 100 else f"{sign}{value:.1f} {unit}"
     return f"{sign}{n} B"
+
+
+def per_layer(value: int | list[int], n: int) -> list[int]:
+    """A per-layer key's value as one entry per layer: a list as given, a single value repeated."""
+    return list(value) if isinstance(value, list) else [value] * n

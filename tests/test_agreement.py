@@ -11,10 +11,11 @@ from factory import random_problem
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from solver.arcs import SPARE_UNLIMITED, build_arcs, gpu_classes
+from solver.arcs import build_arcs, gpu_classes
 from solver.engines import build_table
 from solver.planner import dp_hint, solve_plan
 from solver.problem import load_problem
+from solver.scales import SPARE_UNLIMITED
 from solver.solvers import Limits, TooLarge, plan_arcs, plan_score
 from solver.solvers.cpsat import solve_cpsat
 from solver.solvers.dp import solve_dp

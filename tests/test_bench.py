@@ -16,6 +16,7 @@ layers: 4
 experts: 3
 expert_bytes: 10
 dense_bytes: 100
+active_experts: 1
 profile: p.txt
 """
 PROFILE = "".join(f"{layer} {e}\n" for e in range(3) for layer in range(4))

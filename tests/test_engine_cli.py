@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -11,7 +12,7 @@ from rigfiles import tiny_rig
 
 from solver.cli import cli
 from solver.config import shown_path
-from solver.problem import DEFAULT_EXPERT_TENSORS as TENSORS
+from solver.engines.llamacpp import DEFAULT_EXPERT_TENSORS as TENSORS
 
 LLAMA_MIX = "rigs/llama-mix.yaml"
 
@@ -26,11 +27,12 @@ def test_llama_mix_plans_and_the_oracle_agrees():
     assert code == 0 and d["engine"] == "llama.cpp" and d["status"] == "optimal"
     assert d["oracle"]["agrees"]
     stages = d["stages"]
-    cpu = sum(s["cpu_ms"] for s in stages)
-    compute = sum(s["compute_ms"] for s in stages)
+    cpu = sum(s["cpu_ms"] + s["switch_ms"] for s in stages)
+    compute = sum(s["gpu_ms"] for s in stages)
     assert d["window_ms"] == pytest.approx(compute + cpu, abs=1e-9)
+    assert d["tokens_per_s"] == pytest.approx(1000 / d["window_ms"])
     for s in stages:
-        assert s["stage_ms"] == pytest.approx(s["compute_ms"] + s["cpu_ms"])
+        assert s["stage_ms"] == pytest.approx(s["gpu_ms"] + s["cpu_ms"] + s["switch_ms"])
         assert len(s["offload"]) == s["tensors"] - s["held_tensors"]
         assert all(s["start"] <= o["layer"] < s["end"] for o in s["offload"])
     assert d["bottleneck_ms"] == max(s["stage_ms"] for s in stages)
@@ -169,3 +171,46 @@ def test_host_memory_bounds_the_experts_left_in_host_ram(tmp_path):
     table = CliRunner().invoke(cli, [str(tiny_rig(tmp_path, gpus=gpus)), "--workers", "1"]).stdout
     [row] = [line.split() for line in table.splitlines() if "experts in host RAM" in line]
     assert row[4:6] == [str(least), "B"]  # the plan's column (the baseline's follows)
+
+
+def test_llama_export_counts_the_mtp_blocks_as_slots(tmp_path):
+    """GLM-4.5-Air's GGUF holds one next-token-prediction block after its 46 layers: llama.cpp maps 47
+    blocks and the output over the --tensor-split, so the export must count the extra block or one layer
+    lands on the wrong card."""
+    from engine_mapping import llama_slot_devices, llama_tensor_split, parse_lines
+
+    rig = tmp_path / "glm.yaml"
+    text = Path("rigs/glm-air-5090-4090.yaml").read_text()
+    model = (Path("models") / "glm-4.5-air-q4_k_m.yaml").resolve()
+    text = text.replace('model: "../models/glm-4.5-air-q4_k_m.yaml"', f'model: "{model}"')
+    rig.write_text(text.replace("miss_ms: 190", "engine: llama.cpp\nhost_bandwidth: 60 GB/s"))
+    code, d = _json(str(rig), "--export", "llama.cpp")
+    assert code == 0, d
+    _, flags = parse_lines(d["export"]["lines"])
+    n, blocks = d["stages"][-1]["end"], 46 + 1
+    devices = llama_slot_devices(
+        llama_tensor_split(flags["--tensor-split"]), blocks, int(flags["-ngl"]), len(d["stages"])
+    )
+    for i, s in enumerate(d["stages"]):
+        assert devices[s["start"] : s["end"]] == [i] * (s["end"] - s["start"])
+    assert n == 46 and devices[n:] == [len(d["stages"]) - 1] * 2  # the MTP block and the output
+
+
+def test_engines_count_their_own_memory(tmp_path):
+    """llama.cpp: a compute buffer per card (or the rig's buffer), the logits on the last card, the
+    embeddings in host RAM; vLLM: what gpu_memory_utilization leaves and the activations."""
+    from solver.problem import load_problem
+
+    gpus = [{"name": "a", "free": 1500, "layer_ms": 1.0}, {"name": "b", "free": 1200, "layer_ms": 2.0}]
+    extra = {"engine": "llama.cpp", "host_bandwidth": "20 KB/s"}
+    model = {"active_experts": 2, "vocab_size": 10, "first_stage_bytes": 30, "embedding_bytes": 20}
+    p = load_problem(tiny_rig(tmp_path, gpus=gpus, rig_extra=extra, model_extra=model, engine_buffers=True))
+    assert p.reserve.tolist() == [256 * 2**20] * 2  # the rig's reserve is 0 here
+    assert p.first_stage_bytes == 10 and p.last_stage_bytes == 4 * 512 * 10
+    gpus[1]["buffer"] = 64
+    p = load_problem(tiny_rig(tmp_path, gpus=gpus, rig_extra=extra, model_extra=model, engine_buffers=True))
+    assert p.reserve.tolist() == [256 * 2**20, 64]
+    vllm = {"engine": "vllm", "gpu_memory_utilization": 0.5}
+    p = load_problem(tiny_rig(tmp_path, gpus=gpus, rig_extra=vllm, model_extra=model, engine_buffers=True))
+    assert p.reserve[0] == int(0.5 * (1500 + 700 * 2**20)) + 2**30 and p.reserve[1] == 64
+    assert p.first_stage_bytes == 30  # vLLM loads the embeddings on the first card

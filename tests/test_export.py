@@ -25,12 +25,12 @@ from engine_mapping import (
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from solver.engines import export_lines
 from solver.export import (
     LLAMA_ALL_LAYERS,
     LLAMA_MAX_SPLITS,
     Offload,
     check_export_engine,
-    export_lines,
     override_pattern,
     stage_sizes,
     tensor_split,

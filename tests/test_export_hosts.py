@@ -26,7 +26,8 @@ from engine_mapping import (
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from solver.export import LLAMA_ALL_LAYERS, LLAMA_MAX_SPLITS, Offload, export_lines
+from solver.engines import export_lines
+from solver.export import LLAMA_ALL_LAYERS, LLAMA_MAX_SPLITS, Offload
 from solver.export_hosts import Hosts
 
 POOL = ("10.0.0.2", "10.0.0.11", "10.0.0.3", "192.168.1.7", "local")

@@ -3,16 +3,30 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import pytest
 from gguf import GGUFReader
 from gguf.constants import GGMLQuantizationType as Q
-from ggufbuild import Tensor, qwen3_235b_like, write_gguf, write_sparse_gguf
+from ggufbuild import (
+    Tensor,
+    ernie_header,
+    glm47_flash_header,
+    llama4_header,
+    minimax_m2_header,
+    olmoe_header,
+    qwen2moe_header,
+    qwen3_235b_like,
+    qwen35moe_header,
+    write_gguf,
+    write_sparse_gguf,
+)
 
 from solver.errors import InputError
 from solver.importers.gguf import read_gguf
 from solver.importers.ggufheader import SkippedArray, read_header
+from solver.importers.hf import read_hf
 
 #: Bytes per block and elements per block, from ggml's block structs (ggml-common.h), not gguf-py.
 BLOCK = {
@@ -521,3 +535,176 @@ def test_dense_model_is_an_error(tmp_path: Path) -> None:
     del kv["llama.expert_count"], kv["llama.expert_used_count"]
     path = write_and(tmp_path / "llama.gguf", "llama", kv, [*gqa_tensors(0), *head()])
     assert "no llama.expert_count: not a mixture-of-experts model" in error(path)
+
+
+HF = Path(__file__).resolve().parent / "fixtures" / "hf"
+
+#: Published configs and the header llama.cpp's converter writes for each (tests/ggufbuild.py).
+PUBLISHED = {
+    "qwen3.6-35b-a3b.json": qwen35moe_header,
+    "llama-4-scout-17b-16e.json": llama4_header,
+    "glm-4.7-flash.json": glm47_flash_header,
+    "qwen2-57b-a14b.json": qwen2moe_header,
+    "ernie-4.5-21b-a3b.json": ernie_header,
+    "minimax-m2.json": minimax_m2_header,
+    "olmoe-1b-7b-0924.json": olmoe_header,
+}
+
+
+@pytest.mark.parametrize("fixture", sorted(PUBLISHED))
+def test_published_models_agree_with_from_hf_at_q8_0(tmp_path: Path, fixture: str) -> None:
+    """A Q8_0 header built from a published config reads, byte for byte, as from-hf estimates it.
+
+    The header's tensors are listed by hand in ggufbuild (llama.cpp's names and shapes); the estimate
+    builds its own from the config: two constructions that must agree.
+    """
+    config = json.loads((HF / fixture).read_text())
+    arch, kv, tensors = PUBLISHED[fixture](config)
+    path = tmp_path / "model.gguf"
+    write_sparse_gguf(path, arch, kv, tensors)
+    exact, estimate = read_gguf(path), read_hf(HF / fixture, "Q8_0")
+    for key in (
+        "layers", "experts", "active_experts", "expert_bytes", "expert_tensors", "dense_bytes", "kinds",
+        "kv_bytes_per_token", "last_stage_bytes", "max_context", "nextn_layers",
+    ):  # fmt: skip
+        assert getattr(exact, key) == getattr(estimate, key), key
+    assert exact.arch == arch
+
+
+def test_qwen35moe_hybrid_layers_and_mtp_block(tmp_path: Path) -> None:
+    """Qwen3.6-35B-A3B: 40 layers (the 41st block is MTP), a full layer every 4th, 256 experts."""
+    arch, kv, tensors = qwen35moe_header(json.loads((HF / "qwen3.6-35b-a3b.json").read_text()))
+    path = tmp_path / "q.gguf"
+    write_sparse_gguf(path, arch, kv, tensors)
+    m = read_gguf(path)
+    assert (m.layers, m.nextn_layers, m.experts, m.active_experts) == (40, 1, [256] * 40, 8)
+    assert m.kinds == ["linear", "linear", "linear", "full"] * 10
+    # (kernel 4 - 1) x (inner 4,096 + 2 x 16 groups x 128) + 128 x 4,096, in F32
+    assert m.state_bytes == {"linear": 4 * (3 * 8192 + 128 * 4096), "full": 0}
+    assert m.kv_bytes_per_token == {"linear": 0, "full": 2 * 2 * 256 * 2}
+    assert m.expert_bytes == [3 * 2048 * 512 // 32 * 34] * 40
+    assert "MTP" in m.sources["layers"] and "nextn_predict_layers" in m.sources["nextn_layers"]
+
+
+@pytest.mark.parametrize(("step", "moe"), [(1, [16] * 48), (2, [0, 16] * 24)])
+def test_llama4_chunked_layers_and_interleaved_experts(tmp_path: Path, step: int, moe: list[int]) -> None:
+    """Llama 4: three chunked layers of every four hold llama.cpp's 8,704-cell cache; Maverick's step 2
+    puts experts in the odd layers only."""
+    arch, kv, tensors = llama4_header(json.loads((HF / "llama-4-scout-17b-16e.json").read_text()), step=step)
+    path = tmp_path / "l.gguf"
+    write_sparse_gguf(path, arch, kv, tensors)
+    m = read_gguf(path)
+    per_token = 2 * 8 * 128 * 2
+    assert m.experts == moe and m.kinds == ["chunked", "chunked", "chunked", "full"] * 12
+    assert m.kv_bytes_per_token == {"chunked": 0, "full": per_token}
+    assert m.state_bytes == {"chunked": 8704 * per_token, "full": 0}  # GGML_PAD(8192 + 512, 256)
+    dense = 3 * 5120 * 16384 // 32 * 34
+    if step == 2:
+        assert m.dense_bytes[0] - m.dense_bytes[1] == dense - 3 * 5120 * 8192 // 32 * 34 - 5120 * 16 * 4
+    kv["llama4.attention.sliding_window"] = 0  # a converter's way of saying: no chunked attention
+    write_sparse_gguf(path, arch, kv, tensors)
+    assert read_gguf(path).kinds == ["full"] * 48
+
+
+def qwen3moe_layers(layers: int, drop: tuple[str, ...] = (), dense: tuple[int, ...] = ()) -> list[Tensor]:
+    """A qwen3moe file's tensors for ``layers`` layers, less the named ones; ``dense`` layers get a plain
+    MLP instead of experts."""
+    tensors = head()
+    for il in range(layers):
+        tensors += gqa_tensors(il)
+        if il in dense:
+            tensors += [t(f"blk.{il}.ffn_{p}.weight", Q.Q4_K, H, F) for p in ("gate", "up")]
+            tensors += [t(f"blk.{il}.ffn_down.weight", Q.Q4_K, F, H)]
+        else:
+            tensors += expert_tensors(il, Q.Q4_K)
+    return [x for x in tensors if x.name not in drop]
+
+
+@pytest.mark.parametrize(
+    ("extra", "says"),
+    [
+        ({"block_count": 2**31}, "qwen3moe.block_count 2147483648 is above the limit of 10,000 layers"),
+        ({"block_count": 5}, "qwen3moe.block_count 5 but layer 4 has no tensors (the file has 4 layer(s)"),
+        ({"expert_count": 2**31}, "qwen3moe.expert_count 2147483648 is above the limit of 65,536"),
+        ({"expert_used_count": 5}, "qwen3moe.expert_used_count 5 is not in 1..4"),
+        ({"expert_used_count": 0}, "qwen3moe.expert_used_count 0 is not in 1..4"),
+        ({"nextn_predict_layers": 4}, "qwen3moe.nextn_predict_layers 4 leaves no layers"),
+    ],
+)
+def test_counts_the_file_cannot_back_are_one_line_errors(tmp_path: Path, extra: dict, says: str) -> None:
+    """Counts are checked against the tensors (and a bound) before anything per layer is built."""
+    kv = base_kv("qwen3moe", 4) | {f"qwen3moe.{k}": v for k, v in extra.items()}
+    assert says in error(write_and(tmp_path / "q.gguf", "qwen3moe", kv, qwen3moe_layers(4)))
+
+
+@pytest.mark.parametrize(
+    ("drop", "dense", "says"),
+    [
+        (
+            ("blk.2.ffn_down_exps.weight",),
+            (),
+            "layer 2 has expert tensors ffn_gate_exps, ffn_up_exps but layer",
+        ),
+        ((), (1,), "layer 1 has no routed expert tensors (blk.1.ffn_*_exps), but llama.cpp builds them in"),
+        (tuple(f"blk.3.ffn_{p}_exps.weight" for p in ("gate", "up", "down")), (), "layer 3 has no routed"),
+    ],
+)
+def test_a_layer_missing_its_tensors_is_an_error(
+    tmp_path: Path, drop: tuple, dense: tuple, says: str
+) -> None:
+    kv = base_kv("qwen3moe", 4)
+    path = write_and(tmp_path / "q.gguf", "qwen3moe", kv, qwen3moe_layers(4, drop, dense))
+    assert says in error(path)
+
+
+def test_experts_outside_llama_cpps_layers_are_errors(tmp_path: Path) -> None:
+    """deepseek2's first leading_dense_block_count layers are dense, llama4 interleaves MoE layers."""
+    kv = base_kv("deepseek2", 3, leading_dense_block_count=1)
+    path = write_and(tmp_path / "d.gguf", "deepseek2", kv, qwen3moe_layers(3))
+    assert (
+        "layer 0 has routed expert tensors, but llama.cpp builds them in every layer from layer 1 on"
+        in error(path)
+    )
+    kv = base_kv("llama4", 4, interleave_moe_layer_step=2)
+    path = write_and(tmp_path / "l.gguf", "llama4", kv, qwen3moe_layers(4, dense=(1,)))
+    assert (
+        "layer 0 has routed expert tensors, but llama.cpp builds them in the last layer of every 2"
+        " (llama4.interleave_moe_layer_step 2)" in error(path)
+    )
+
+
+def test_a_shard_of_another_model_is_refused(tmp_path: Path) -> None:
+    """Shards carry only split.* keys, so another model's shard shows in split.tensors.count or shapes."""
+    one, other = tmp_path / "one", tmp_path / "other"
+    one.mkdir()
+    other.mkdir()
+    qwen3moe(one / "m.gguf", split=20)
+    wider = []  # the same tensors, but experts twice as wide: another model of the same layout
+    for shard in sorted(one.glob("m-*.gguf")):
+        for x in read_header(shard).tensors:
+            shape = x.shape
+            if "_exps" in x.name:
+                shape = (
+                    (shape[0], 2 * shape[1], shape[2]) if "down" not in x.name else (2 * shape[0], *shape[1:])
+                )
+            wider.append(t(x.name, Q(x.ggml_type), *shape))
+    write_gguf(other / "m.gguf", "qwen3moe", base_kv("qwen3moe", 4), wider, split_max_tensors=20)
+    shard = "m-00002-of-00003.gguf"
+    (one / shard).write_bytes((other / shard).read_bytes())
+    with pytest.raises(
+        InputError, match=r"m-00002-of-00003\.gguf: tensor blk\.\d+\.ffn_.* another model's shard"
+    ):
+        read_gguf(one / "m-00001-of-00003.gguf")
+    kv = base_kv("qwen3moe", 5)  # 48 tensors in 3 shards, where the first shard says 51
+    write_gguf(other / "n.gguf", "qwen3moe", kv, qwen3moe_layers(5), split_max_tensors=20)
+    (other / "n-00002-of-00003.gguf").replace(one / shard)
+    with pytest.raises(
+        InputError, match=r"00003\.gguf: split\.tensors\.count is 48 but m-00001-of-00003\.gguf says 51"
+    ):
+        read_gguf(one / "m-00001-of-00003.gguf")
+
+
+def test_unknown_architecture_points_to_the_model_file_reference(tmp_path: Path) -> None:
+    kv = base_kv("bert", 1)
+    path = write_and(tmp_path / "bert.gguf", "bert", kv, [t("blk.0.ffn_gate_exps.weight", Q.F32, 2, 2, E)])
+    assert "docs/reference.md" in error(path)

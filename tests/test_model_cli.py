@@ -12,9 +12,9 @@ from pathlib import Path
 from click.testing import CliRunner
 from ggufbuild import qwen3_235b_like, write_sparse_gguf
 
+from solver.cards import card
 from solver.cli import cli
 from solver.config import load_model, load_rig
-from solver.importers.cards import card
 
 ROOT = Path(__file__).resolve().parent.parent
 HF = ROOT / "tests" / "fixtures" / "hf"
@@ -68,13 +68,15 @@ def test_output_names_the_profile_relative_to_itself_and_plans(tmp_path):
     assert made.exit_code == 0, made.output
     assert 'profile: "profiles/q.txt"' in out.read_text()
     rig = rigs / "two.yaml"
-    made = run("rig", "new", "RTX 3060", "rtx 5060 ti", "--model", out, "--context", "8192", "-o", rig)
+    made = run(
+        "rig", "new", "RTX 3060 12GB", "rtx 5060 ti 16gb", "--model", out, "--context", "8192", "-o", rig
+    )
     assert made.exit_code == 0, made.output
     text = rig.read_text()
-    assert 'model: "../models/q.yaml"' in text and "solve rig new 'RTX 3060' 'rtx 5060 ti'" in text
+    assert 'model: "../models/q.yaml"' in text and "solve rig new 'RTX 3060 12GB' 'rtx 5060 ti 16gb'" in text
     config, _ = load_rig(rig)
-    assert [g.name for g in config.gpus] == ["RTX 3060", "RTX 5060 Ti"] and config.name == "two"
-    assert config.gpus[1].free == card("RTX 5060 Ti").free_mib * 2**20 and config.gpus[1].sms == 36
+    assert [g.name for g in config.gpus] == ["RTX 3060 12GB", "RTX 5060 Ti 16GB"] and config.name == "two"
+    assert config.gpus[1].free == card("RTX 5060 Ti 16GB").free_mib * 2**20 and config.gpus[1].sms == 36
     assert config.context == 8192
     plan = run(rig, "--json")
     assert plan.exit_code == 0, plan.output
@@ -162,3 +164,42 @@ def test_the_shipped_importer_models_are_what_their_header_commands_write(tmp_pa
             return [line for line in text.splitlines()[1:] if not line.startswith("profile: ")]
 
         assert body((tmp_path / path.name).read_text()) == body(path.read_text()), path.name
+
+
+def test_both_importers_take_the_kv_type_and_write_nextn_layers(tmp_path):
+    out = tmp_path / "glm.yaml"
+    made = run(
+        "model", "from-hf", HF / "glm-4.5-air.json", "--weights", "q4_k_m", "--kv-type", "q4_0", "-o", out
+    )
+    assert made.exit_code == 0, made.output
+    text = out.read_text()
+    assert "--weights Q4_K_M --kv-type q4_0 -o" in text.splitlines()[0]
+    model, _ = load_model(out)
+    assert model.kv_bytes_per_token == 2 * 8 * 128 // 32 * 18 and model.nextn_layers == 1
+    kv, tensors = qwen3_235b_like(vocab=1024, tokenizer=False)
+    path = tmp_path / "q.gguf"
+    write_sparse_gguf(path, "qwen3moe", kv, tensors)
+    made = run("model", "from-gguf", path, "--kv-type", "q8_0")
+    assert made.exit_code == 0 and "--kv-type q8_0`" in made.stdout
+    assert "nextn_layers" not in made.stdout  # written only where a file has such blocks
+
+
+def test_counts_a_file_cannot_back_exit_2_at_once(tmp_path, write):
+    """A block_count of 2^31 or 10^12 layers is refused before anything is built: one line, exit 2."""
+    kv, tensors = qwen3_235b_like(vocab=1024, tokenizer=False)
+    kv["qwen3moe.block_count"] = 2**31
+    path = tmp_path / "bomb.gguf"
+    write_sparse_gguf(path, "qwen3moe", kv, tensors)
+    config = json.loads((HF / "qwen3-30b-a3b.json").read_text()) | {"num_hidden_layers": 10**12}
+    cases = [
+        (("model", "from-gguf", path), "above the limit of 10,000 layers"),
+        (("model", "from-hf", write("c.json", json.dumps(config)), "--weights", "Q4_K_M"), "above the limit"),
+        (
+            ("model", "from-hf", write("b.json", '{"model_type": "bert"}'), "--weights", "BF16"),
+            "docs/reference.md",
+        ),
+    ]
+    for args, says in cases:
+        result = run(*args)
+        assert result.exit_code == 2, (args, result.output)
+        assert result.stderr.count("\n") == 1 and says in result.stderr, result.stderr

@@ -123,3 +123,84 @@ def test_context_beyond_the_model(box):
         f"rigs/box.yaml:{key_line(rig, ('context',))}: context: 70,000 tokens is beyond the 65,536 "
         f"tokens the model supports ({where}); did you mean 'context: 65536'?"
     ]
+
+
+LLAMA = Path("rigs/llama-mix.yaml")
+
+
+def test_host_bandwidth_without_a_unit_names_its_line_when_nothing_can_be_planned(box):
+    text = edit(LLAMA, "host_bandwidth: 60 GB/s", "host_bandwidth: 55")
+    res = CliRunner().invoke(cli, [str(LLAMA), "--json"])
+    assert res.exit_code == 2 and res.stdout == ""
+    [msg] = res.stderr.splitlines()
+    line = key_line(text, ("host_bandwidth",))
+    assert msg.startswith(
+        f"rigs/llama-mix.yaml:{line}: host_bandwidth: 55 bytes per second is implausibly slow for host "
+        "memory (a bare number is bytes per second); did you mean '55 GB/s'? (a window could take"
+    )
+    assert "layer_ms" not in msg and "miss_ms" not in msg
+
+
+def test_host_bandwidth_without_a_unit_warns_where_it_plans(tmp_path):
+    from rigfiles import tiny_rig
+
+    rig = tiny_rig(
+        tmp_path,
+        rig_extra={"engine": "llama.cpp", "host_bandwidth": 55},
+        model_extra={"active_experts": 2},
+    )
+    code, out, err = run(rig)
+    assert code == 0 and out["status"] == "optimal"
+    line = key_line(rig.read_text(), ("host_bandwidth",))
+    assert (  # among the tiny rig's other doubts (its sizes are bytes on purpose)
+        f"{rig}:{line}: host_bandwidth: 55 bytes per second is implausibly slow for host memory "
+        "(a bare number is bytes per second); did you mean '55 GB/s'?"
+    ) in err
+
+
+def test_a_rate_in_lower_case_is_a_rate(box):
+    edit(LLAMA, "host_bandwidth: 60 GB/s", "host_bandwidth: 60 gb/s")
+    lower = run(LLAMA)
+    edit(LLAMA, "host_bandwidth: 60 gb/s", "host_bandwidth: 60 GB/s")
+    assert lower[0] == 0 and lower[2] == [] and lower[1] == run(LLAMA)[1] | {"solver": lower[1]["solver"]}
+
+
+def test_a_rate_in_the_wrong_unit(box):
+    text = edit(LLAMA, "host_bandwidth: 60 GB/s", "host_bandwidth: 60 mb/s")
+    res = CliRunner().invoke(cli, [str(LLAMA), "--json"])
+    line = key_line(text, ("host_bandwidth",))
+    assert res.exit_code in (0, 2), res.output
+    assert (
+        f"rigs/llama-mix.yaml:{line}: host_bandwidth: 60 mb/s is implausibly slow for host memory "
+        "(under 1 GB/s); check the unit; did you mean '60 GB/s'?" in res.stderr
+    )
+
+
+@pytest.mark.parametrize("value", ["60 Gbit/s", "60 GB", "sixty GB/s", "60.5", "-60 GB/s"])
+def test_a_bad_rate_is_called_a_rate_with_line_and_key(box, value):
+    text = edit(LLAMA, "host_bandwidth: 60 GB/s", f"host_bandwidth: {value}")
+    res = CliRunner().invoke(cli, [str(LLAMA), "--json"])
+    assert res.exit_code == 2 and res.stderr.count("\n") == 1
+    assert res.stderr.startswith(
+        f"rigs/llama-mix.yaml:{key_line(text, ('host_bandwidth',))}: host_bandwidth: "
+    )
+    assert "rate" in res.stderr and "size" not in res.stderr
+
+
+def test_a_gpu_memory_bandwidth_without_a_unit(write):
+    from solver.plausible import rate_doubts
+    from solver.yamlfile import load_yaml
+
+    text = "gpus:\n  - name: a\n    free: 8 GiB\n    mem_bandwidth: 936\n"
+    text += "  - name: b\n    mem_bandwidth: 936 GB/s\n"
+    path = write("rig.yaml", text)
+    [doubt] = rate_doubts(load_yaml(path, "rig.yaml"))
+    assert str(doubt) == (
+        "rig.yaml:4: gpus[0].mem_bandwidth: 936 bytes per second is implausibly slow for a GPU's memory "
+        "(a bare number is bytes per second); did you mean '936 GB/s'?"
+    )
+    path.write_text(text.replace("936 GB/s", "936 TB/s"))
+    [_, fast] = rate_doubts(load_yaml(path, "rig.yaml"))
+    assert fast.line == 6 and fast.message.endswith(
+        "(over 20000 GB/s); check the unit; did you mean '936 GB/s'?"
+    )

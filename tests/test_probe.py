@@ -11,10 +11,10 @@ import pytest
 from click.testing import CliRunner
 
 from solver import probe as probe_mod
+from solver.cards import find_card
 from solver.cli import cli
 from solver.config import load_rig
 from solver.errors import InputError
-from solver.importers.cards import find_card
 from solver.probe import ProbeError, probe, rig_yaml, visible_order
 from solver.problem import estimate_layer_ms
 
@@ -149,7 +149,9 @@ def test_rig_loads_with_sizes_in_mib_and_the_layer_ms_estimate(write):
     nv = fake_nvml(box())
     text = rig_text(nv)
     rig, _ = load_rig(write("rig.yaml", text))
-    assert [g.name for g in rig.gpus] == ["RTX 3060", "RTX 3090", "RTX 5080"]
+    # NVML's "RTX 3060" is the 8 GB or the 12 GB card; its 12 GiB total says which
+    assert [g.name for g in rig.gpus] == ["RTX 3060 12GB", "RTX 3090", "RTX 5080"]
+    assert "NVML name 'NVIDIA GeForce RTX 3060', 12288 MiB total: the card table's 'RTX 3060 12GB'" in text
     # free is NVML's v2 free, rounded down to whole MiB
     assert [g.free for g in rig.gpus] == [11468 * MIB, 23000 * MIB, 15000 * MIB]
     assert all(g.reserve == 700 * MIB for g in rig.gpus)
@@ -339,7 +341,7 @@ def test_probe_then_plan_end_to_end(monkeypatch, tmp_path, write):
     assert planned.exit_code == 0, planned.output
     plan = json.loads(planned.stdout)
     assert plan["status"] == "optimal"
-    assert [s["name"] for s in plan["stages"]] == ["RTX 3090", "RTX 3060"]
+    assert [s["name"] for s in plan["stages"]] == ["RTX 3090", "RTX 3060 12GB"]
     # a second probe does not overwrite the rig unless asked
     again = runner.invoke(cli, ["probe", "-o", "rigs/r.yaml"])
     assert again.exit_code == 2 and "already exists" in again.stderr
@@ -376,6 +378,21 @@ def test_a_bad_model_is_refused_before_probing(monkeypatch, write):
 
 def test_the_name_table_matches_whole_names_only():
     assert find_card("NVIDIA GeForce RTX 3060 Ti").sms == 38
-    assert find_card("NVIDIA GeForce RTX 3060").sms == 28
+    assert find_card("NVIDIA GeForce RTX 3060", 12 * 1024).sms == 28
     assert find_card("NVIDIA H200").sms == 132
     assert find_card("NVIDIA GeForce RTX 3060 Laptop GPU") is None
+
+
+def test_a_name_nvml_shares_between_memory_sizes_is_told_apart_by_the_total(write):
+    devices = [
+        card("RTX 4060 Ti", A, total=16 * GIB, free=15000 * MIB, cc=(8, 9)),
+        card("RTX 4060 Ti", B, total=8 * GIB, free=7000 * MIB, cc=(8, 9), bus="00000000:02:00.0"),
+        card("RTX 3060", C, total=12 * GIB, free=11000 * MIB, fail={"nvmlDeviceGetMemoryInfo"}),
+    ]
+    gpus, _ = probe(fake_nvml(devices))
+    assert [g.rig_name for g in gpus] == ["RTX 4060 Ti 16GB", "RTX 4060 Ti 8GB", "RTX 3060"]
+    assert [g.sms for g in gpus[:2]] == [34, 34] and gpus[2].sms is None
+    # without the memory NVML would not give, the name stays ambiguous and the rig says so
+    assert "'NVIDIA GeForce RTX 3060' names 2 cards" in gpus[2].notes["sms"]
+    text = rig_yaml(gpus, visible=None, model_ref="m.yaml", context=0, reserve_mib=700)
+    assert 'name: "RTX 4060 Ti 16GB"' in text and 'name: "RTX 3060"' in text

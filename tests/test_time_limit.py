@@ -1,21 +1,27 @@
-"""--time-limit: the best plan found comes back as feasible, with the proven bound and the gap."""
+"""--time-limit: the best plan found comes back as feasible, with the proven bound and the gap; the
+limit is a finite number of seconds above zero; no plan in time exits 3."""
 
 import dataclasses
 import itertools
+import json
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
+from click.testing import CliRunner
 from factory import random_problem
+from rigfiles import tiny_rig
 
 from solver import planner
 from solver.arcs import build_arcs
+from solver.cli import cli
 from solver.engines import build_table
 from solver.plan import evaluate, feasible
 from solver.planner import plan_rig
 from solver.problem import Problem
 from solver.report import to_json
-from solver.solvers import Limits, Stopped, cpsat, dp, plan_arcs, relaxed_bound, stage_key, subsetdp
+from solver.solvers import Limits, Solution, Stopped, cpsat, dp, plan_arcs, relaxed_bound, stage_key, subsetdp
 from solver.solvers.dp import solve_dp
 from solver.solvers.exhaustive import solve_exhaustive
 
@@ -206,3 +212,56 @@ def test_the_relaxed_bound_with_idle_gpus_holds_for_the_optimum():
             assert bound <= best.bottleneck_ms + 1e-6
         checked += 1
     assert checked > 30
+
+
+# the command line: what a time limit may be, and no exit 0 without a plan
+
+
+def run_cli(*args: str | Path):
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+def one_usage_line(res) -> str:
+    assert res.exit_code == 2 and res.stdout == "", (res.exit_code, res.output)
+    assert res.stderr.count("\n") == 1 and "Traceback" not in res.stderr, res.stderr
+    return res.stderr
+
+
+@pytest.mark.parametrize("value", ["nan", "NaN", "inf", "-inf", "infinity", "1e400", "-1", "0", "-0", "ten"])
+def test_a_time_limit_that_is_not_a_finite_positive_number_is_a_usage_error(tmp_path, value):
+    rig = tiny_rig(tmp_path)
+    assert "--time-limit" in one_usage_line(run_cli(rig, "--time-limit", value, "--json"))
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--budget", "nan"],
+        ["--budget", "inf"],
+        ["--budget", "-1"],
+        ["--sweep", "--sweep-limit", "nan"],
+        ["--sweep", "--sweep-limit", "inf"],
+        ["--sweep", "--sweep-limit", "0"],
+        ["--sweep", "--network-ms", "nan"],
+    ],
+)
+def test_bench_seconds_are_finite(args):
+    assert args[-2] in one_usage_line(run_cli("bench", *args))
+
+
+def test_a_small_time_limit_still_runs(tmp_path):
+    res = run_cli(tiny_rig(tmp_path), "--time-limit", "1e-9", "--json")
+    assert res.exit_code in (0, 3), res.output
+    assert (res.exit_code == 0) == (json.loads(res.stdout)["status"] in ("optimal", "feasible"))
+
+
+def test_no_plan_in_time_exits_3_with_the_reason(tmp_path, monkeypatch):
+    """A solve that found nothing before the limit (status unknown) is no plan: exit 3, never 0."""
+    rig = tiny_rig(tmp_path)
+    monkeypatch.setattr(planner, "solve_plan", lambda arcs, limits: Solution("cp-sat", "unknown"))
+    res = run_cli(rig, "--json", "--time-limit", "1")
+    assert res.exit_code == 3
+    got = json.loads(res.stdout)
+    assert got["status"] == "unknown" and got["stages"] == [] and "time limit ran out" in got["reason"]
+    res = run_cli(rig, "--time-limit", "1")
+    assert res.exit_code == 3 and "unknown: the time limit ran out before any placement" in res.stdout

@@ -73,5 +73,6 @@ def test_nothing_close_lists_the_keys_allowed_there(base, write):
     assert msg.line == key_line(text, ("gpus", 1, "colour"))
     assert msg.rest == (
         "gpus[1]: unknown key 'colour' "
-        "(expected one of: name, free, reserve, layer_ms, sms, clock_ghz, min_layers, max_layers, host)"
+        "(expected one of: name, free, reserve, layer_ms, sms, clock_ghz, min_layers, max_layers, host, "
+        "mem_bandwidth, buffer)"
     )

@@ -1,4 +1,4 @@
-"""vLLM and SGLang (SPEC 6.3): every weight resident, nothing offloaded; spare KV tokens per stage.
+"""vLLM and SGLang: every weight resident, nothing offloaded; spare KV tokens per stage.
 
 A range fits a GPU only when its room holds every expert of its layers as well. What is left, over
 the KV bytes one token costs the stage's layers, is the stage's spare KV in tokens; the engine sizes
@@ -8,13 +8,27 @@ every stage's KV cache to the smallest, so a plan's spare KV is the minimum over
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import groupby, permutations, product
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
-from solver.arcs import SPARE_UNLIMITED
-from solver.engines import StageFill, Weights, expert_prefix, room_of
-from solver.problem import Problem
-from solver.rangewalk import need_table
+from solver.cards import DRIVER_MIB
+from solver.engines.bandwidth import BytesSpeed, all_held_ms
+from solver.engines.base import Orders, PlanCell, StageCell, StageFill, Weights, tokens
+from solver.export import device_order, env_line, stage_sizes
+from solver.export_hosts import sglang_node_lines, vllm_ray_lines
+from solver.rangewalk import expert_prefix, need_table, room_of
+from solver.scales import SPARE_UNLIMITED
+from solver.units import format_size
+
+if TYPE_CHECKING:
+    from solver.baselines import Baseline
+    from solver.config import ModelConfig, RigConfig
+    from solver.export import Offload
+    from solver.export_hosts import Hosts
+    from solver.plan import Placement
+    from solver.problem import Problem
 
 
 def kv_prefix(p: Problem) -> np.ndarray:
@@ -44,9 +58,12 @@ class ResidentTable:
     def weigh(self, g: np.ndarray, a: np.ndarray, b: np.ndarray, scale: int, mass: bool) -> Weights:
         zero = np.zeros(len(g), dtype=np.int64)
         kv = kv_prefix(self.p)
-        return Weights(zero, zero, zero, zero, spare_tokens(self.room[g, a, b], kv[b] - kv[a]))
+        units = np.rint(all_held_ms(self.p) * scale).astype(np.int64)  # (L, k)
+        prefix = np.concatenate([np.zeros((1, self.p.n_gpus), dtype=np.int64), np.cumsum(units, axis=0)])
+        gpu = prefix[b, g] - prefix[a, g]
+        return Weights(gpu, gpu, zero, zero, zero, spare_tokens(self.room[g, a, b], kv[b] - kv[a]))
 
-    def miss_units(self, scale: int) -> int:
+    def const_units(self, scale: int) -> int:
         return 0
 
 
@@ -68,18 +85,180 @@ def stage_fill(p: Problem, g: int, a: int, b: int) -> StageFill:
         host_bytes=0,
         spare_tokens=(left // kv if kv else None) if left >= 0 else None,
         fits=left >= 0,
+        gpu_ms=float(all_held_ms(p)[a:b, g].sum()),
     )
 
 
-def default_partition(engine: str, n_layers: int, k: int) -> list[int]:
-    """Layers per stage when no partition is given: even, the remainder on the stages before the last
-    (vLLM's ``get_pp_indices``) or on the last stages (SGLang)."""
-    counts = [n_layers // k] * k
-    extra = n_layers % k
-    if engine == "vllm":
-        for i in range(2, extra + 2):
+#: Share of each card's total memory the engine may use (vLLM's ``gpu_memory_utilization`` default;
+#: SGLang's ``mem_fraction_static`` is of the same size): the rest stays free.
+GPU_MEMORY_UTILIZATION = 0.9
+#: Activation memory of the engine's profiling run, kept from the KV cache (docs/engines.md).
+ACTIVATIONS = 2**30
+#: Allowed GPU orders planned one by one at most; beyond, hosts of equal GPU count keep the rig's order.
+MAX_ORDERS = 5040
+
+
+def _host_runs(p: Problem) -> list[list[int]] | None:
+    """Each host's GPUs in rig order, hosts in order of first appearance; None when the rig is on one
+    host or may leave GPUs out (then every plan's hosts are checked by its export)."""
+    hosts = p.hosts
+    if len(set(hosts.tolist())) < 2 or p.idle_gpus:
+        return None
+    firsts = list(dict.fromkeys(int(h) for h in hosts))
+    return [[g for g in range(p.n_gpus) if hosts[g] == h] for h in firsts]
+
+
+class Resident(BytesSpeed):
+    """Every weight resident on its stage's GPU; the KV cache takes what is left."""
+
+    holds = "weights, every expert, session"
+    note = "every weight in VRAM, one pipeline stage per GPU"
+    #: The environment variable that takes the layers per stage.
+    partition_env: ClassVar[str]
+    columns: ClassVar[list[tuple[str, StageCell]]] = [
+        ("experts", lambda s: format_size(s.cache_bytes)),
+        ("spare KV", lambda s: tokens(s.spare_tokens) if s.fits else "does not fit"),
+    ]
+    summary: ClassVar[list[tuple[str, PlanCell]]] = [
+        ("spare KV", lambda q: tokens(q.spare_tokens) if all(s.fits for s in q.stages) else "-"),
+    ]
+
+    def problem_fields(self, rig: RigConfig, model: ModelConfig, experts: np.ndarray) -> dict:
+        """The speed model's fields, and each card's memory the engine keeps from its KV cache: what
+        ``gpu_memory_utilization`` leaves of the card's total, and the activations of its profiling run."""
+        util = GPU_MEMORY_UTILIZATION if rig.gpu_memory_utilization is None else rig.gpu_memory_utilization
+        total = [g.free + DRIVER_MIB * 2**20 for g in rig.gpus]
+        buffers = [int((1 - util) * t) + ACTIVATIONS for t in total]
+        return self.speed_fields(rig, model, experts) | {"buffers": buffers}
+
+    def table(self, p: Problem) -> ResidentTable:
+        return ResidentTable.build(p)
+
+    def stage_fill(self, p: Problem, g: int, a: int, b: int) -> StageFill:
+        return stage_fill(p, g, a, b)
+
+    def totals(self, p: Problem, fills: list[StageFill], compute_ms: float) -> tuple[float, float]:
+        return compute_ms, 1.0
+
+    def partition(self, n_layers: int, k: int) -> list[int]:
+        """Layers per stage when no partition is given."""
+        raise NotImplementedError
+
+    def default_split(self, p: Problem) -> Baseline:
+        """The engine's even partition, GPUs in rig order."""
+        from solver.baselines import Baseline, cuts_of
+        from solver.plan import bounds_ok, evaluate, feasible
+
+        cuts = cuts_of(self.partition(p.n_layers, p.n_gpus))
+        if not bounds_ok(p, cuts):
+            return Baseline(
+                cuts, False, None, "even", reason="the rig has more GPUs than the model has layers"
+            )
+        plan = evaluate(p, list(range(p.n_gpus)), cuts)
+        return Baseline(cuts, feasible(p, plan), plan, "even", "the engine's even partition")
+
+    def stage_json(self, stage) -> dict:
+        return {"spare_kv_tokens": stage.spare_tokens}
+
+    def plan_json(self, plan: Placement | None) -> dict:
+        return {"spare_kv_tokens": plan.spare_tokens if plan else None}
+
+    def export(
+        self,
+        gpus: list[int],
+        cuts: list[int],
+        n_layers: int,
+        offload: list[Offload] | tuple[Offload, ...],
+        names: list[str] | None,
+        extra_blocks: int,
+        hosts: Hosts | None,
+    ) -> list[str]:
+        if offload:
+            raise ValueError(f"{self.name} keeps every weight on its GPU: nothing to offload")
+        sizes = stage_sizes(cuts, n_layers)
+        if hosts is not None and hosts.spans(gpus):
+            return self.across_hosts(hosts, gpus, ",".join(map(str, sizes)))
+        return [*device_order(gpus), env_line(self.partition_env, sizes), *self.size_flags(len(gpus))]
+
+    def size_flags(self, k: int) -> list[str]:
+        """The flags that set the pipeline size."""
+        raise NotImplementedError
+
+    def across_hosts(self, hosts: Hosts, gpus: list[int], partition: str) -> list[str]:
+        """Each host's lines for a plan that spans machines."""
+        raise NotImplementedError
+
+
+class Vllm(Resident):
+    """vLLM: even split with the remainder on the stages before the last (``get_pp_indices``)."""
+
+    name = "vllm"
+    partition_env = "VLLM_PP_LAYER_PARTITION"
+
+    def orders(self, p: Problem) -> Orders | None:
+        """Over several hosts, Ray runs each node's GPUs in ascending order and the nodes after the
+        driver's (the first) in ascending order of their stage count; nodes of equal count may come in
+        either order (the export says which address must sort first)."""
+        runs = _host_runs(p)
+        if runs is None:
+            return None
+        if p.order == "as-given":
+            counts = [len(gpus) for gpus in runs[1:]]
+            if counts != sorted(counts):
+                return Orders(
+                    [],
+                    "vLLM over Ray runs the hosts after the first in ascending order of their "
+                    "GPU count; list them so, or use order: auto",
+                )
+            return Orders([tuple(g for gpus in runs for g in gpus)])
+        out: list[tuple[int, ...]] = []
+        for i, first in enumerate(runs):
+            rest = sorted(runs[:i] + runs[i + 1 :], key=len)
+            groups = [list(group) for _, group in groupby(rest, key=len)]
+            for choice in product(*(permutations(group) for group in groups)):
+                out.append(tuple(g for gpus in [first, *(r for grp in choice for r in grp)] for g in gpus))
+                if len(out) >= MAX_ORDERS:
+                    return Orders(out)
+        return Orders(out)
+
+    def partition(self, n_layers: int, k: int) -> list[int]:
+        counts = [n_layers // k] * k
+        for i in range(2, n_layers % k + 2):
             counts[-i] += 1
-    else:
-        for i in range(1, extra + 1):
+        return counts
+
+    def size_flags(self, k: int) -> list[str]:
+        return [f"--pipeline-parallel-size {k}"]
+
+    def across_hosts(self, hosts: Hosts, gpus: list[int], partition: str) -> list[str]:
+        return vllm_ray_lines(hosts, gpus, partition)
+
+
+class Sglang(Resident):
+    """SGLang: even split with the remainder on the last stages."""
+
+    name = "sglang"
+    partition_env = "SGLANG_PP_LAYER_PARTITION"
+
+    def orders(self, p: Problem) -> Orders | None:
+        """Over several hosts SGLang runs equally many pipeline stages on every node; any order of
+        the hosts and of each host's GPUs runs."""
+        runs = _host_runs(p)
+        if runs is None or len({len(gpus) for gpus in runs}) == 1:
+            return None
+        each = ", ".join(f"{p.host_names[int(p.hosts[gpus[0]])]}: {len(gpus)}" for gpus in runs)
+        return Orders(
+            [], f"SGLang runs equally many pipeline stages on every node; the hosts have {each} GPUs"
+        )
+
+    def partition(self, n_layers: int, k: int) -> list[int]:
+        counts = [n_layers // k] * k
+        for i in range(1, n_layers % k + 1):
             counts[-i] += 1
-    return counts
+        return counts
+
+    def size_flags(self, k: int) -> list[str]:
+        return [f"--pp-size {k}"]
+
+    def across_hosts(self, hosts: Hosts, gpus: list[int], partition: str) -> list[str]:
+        return sglang_node_lines(hosts, gpus, partition)

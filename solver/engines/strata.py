@@ -1,15 +1,24 @@
-"""Strata (SPEC 3): a per-expert VRAM cache walked in profile order; a miss costs miss_ms per unit mass."""
+"""Strata: a per-expert VRAM cache walked in profile order; a miss costs miss_ms per unit mass."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
-from solver.arcs import SPARE_UNLIMITED
-from solver.engines import StageFill, Weights, expert_prefix
-from solver.problem import MASS_SCALE, Problem
-from solver.rangewalk import RangeWalk, need_table, walk_range, walk_table
+from solver.engines.base import Engine, PlanCell, StageCell, StageFill, Weights
+from solver.export import device_order
+from solver.rangewalk import RangeWalk, expert_prefix, need_table, walk_range, walk_table
+from solver.scales import MASS_SCALE, SPARE_UNLIMITED
+from solver.units import format_size
+
+if TYPE_CHECKING:
+    from solver.config import RigConfig
+    from solver.export import Offload
+    from solver.export_hosts import Hosts
+    from solver.problem import Problem
+    from solver.yamlfile import YamlDoc
 
 
 @dataclass(frozen=True)
@@ -37,20 +46,22 @@ class StrataTable:
         if mass:
             held_mass = self.walk.held_sum(np.rint(p.mass * MASS_SCALE).astype(np.int64))[g, a, b]
         experts = expert_prefix(p)
+        gpu = (b - a) * np.rint(p.layer_ms * scale).astype(np.int64)[g]
         return Weights(
-            saved=saved,
+            gpu=gpu,
+            time=gpu - saved,
             missed=visible[b] - visible[a] - saved,
             mass=held_mass,
             host=experts[b] - experts[a] - self.walk.held_bytes()[g, a, b],
             spare=np.full(len(g), SPARE_UNLIMITED, dtype=np.int64),
         )
 
-    def miss_units(self, scale: int) -> int:
+    def const_units(self, scale: int) -> int:
         return round(self.p.miss_ms * scale)
 
 
 def stage_fill(p: Problem, g: int, a: int, b: int) -> StageFill:
-    """Walk ranks in order over [a, b) and stop at the first pair that does not fit (SPEC 3)."""
+    """Walk ranks in order over [a, b) and stop at the first pair that does not fit."""
     w = walk_range(p, g, a, b)
     held_mass = float(p.mass[w.held].sum())
     cache = int(p.pair_bytes[w.held].sum())
@@ -65,3 +76,63 @@ def stage_fill(p: Problem, g: int, a: int, b: int) -> StageFill:
         host_bytes=int(experts[b] - experts[a]) - cache,
         fits=w.room >= 0,
     )
+
+
+class Strata(Engine):
+    """A per-expert cache fed from a routing profile; misses fetched from host memory."""
+
+    name = "strata"
+    profile = True
+    note = "a per-expert VRAM cache fed from a routing profile"
+    rig_keys = ("miss_ms", "first_stage_min_layers", "host_memory")
+    speed_keys = ("sms", "clock_ghz")
+    columns: ClassVar[list[tuple[str, StageCell]]] = [
+        ("cache", lambda s: format_size(s.cache_bytes)),
+        ("pairs held", lambda s: f"{s.held_pairs:,}/{s.visible_pairs:,}"),
+        ("mass", lambda s: f"{s.held_mass:.2%}"),
+    ]
+    summary: ClassVar[list[tuple[str, PlanCell]]] = [
+        ("held mass", lambda q: f"{q.held_mass:.2%}"),
+        ("pairs held", lambda q: f"{q.held_pairs:,}"),
+        ("cache", lambda q: format_size(sum(s.cache_bytes for s in q.stages))),
+        ("experts in host RAM", lambda q: format_size(q.host_bytes)),
+    ]
+
+    def check_gpus(self, rig: RigConfig, doc: YamlDoc) -> None:
+        """Every GPU needs its time per layer: ``layer_ms``, or ``sms`` and ``clock_ghz`` to estimate it."""
+        for i, gpu in enumerate(rig.gpus):
+            if gpu.layer_ms is None and gpu.sms is None:
+                raise doc.error(("gpus", i), "needs layer_ms, or both sms and clock_ghz")
+
+    def table(self, p: Problem) -> StrataTable:
+        return StrataTable.build(p)
+
+    def stage_fill(self, p: Problem, g: int, a: int, b: int) -> StageFill:
+        return stage_fill(p, g, a, b)
+
+    def miss_total_ms(self, p: Problem) -> float:
+        return p.miss_ms
+
+    def totals(self, p: Problem, fills: list[StageFill], compute_ms: float) -> tuple[float, float]:
+        held = float(np.sum([f.held_mass for f in fills]))
+        return compute_ms + p.miss_ms * (1.0 - held), held
+
+    def export(
+        self,
+        gpus: list[int],
+        cuts: list[int],
+        n_layers: int,
+        offload: list[Offload] | tuple[Offload, ...],
+        names: list[str] | None,
+        extra_blocks: int,
+        hosts: Hosts | None,
+    ) -> list[str]:
+        if offload:
+            raise ValueError("strata keeps every weight on its GPU: nothing to offload")
+        if hosts is not None and hosts.spans(gpus):
+            raise ValueError("strata runs on one machine: its plan cannot span hosts")
+        lines = device_order(gpus)
+        config = f'"layer_split": {list(cuts)}'
+        if not cuts:  # one stage: an empty --layer-split would be a broken flag
+            return [*lines, "# one GPU runs every layer: no --layer-split needed", config]
+        return [*lines, f"--layer-split {','.join(map(str, cuts))}", config]

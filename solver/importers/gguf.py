@@ -3,8 +3,12 @@
 What llama.cpp does with each number, and so what this module counts:
 
 - ``layers`` = ``{arch}.block_count`` less ``{arch}.nextn_predict_layers``: the next-token-prediction
-  (MTP) blocks sit at the end of ``block_count`` (glm4moe) and load only when MTP drafting is used;
-  their ``blk.N.`` tensors are left out.
+  (MTP) blocks sit at the end of ``block_count`` (glm4moe, GLM-4.7-Flash's deepseek2, qwen35moe) and
+  load only when MTP drafting is used; their ``blk.N.`` tensors are left out, and ``nextn_layers`` says
+  how many there are (llama.cpp still counts them as layer slots on the last device).
+- Every layer must have tensors, and the layers with routed experts must be llama.cpp's: all of them,
+  less the first ``leading_dense_block_count``, and only every ``interleave_moe_layer_step``-th
+  (llama4, ernie4_5-moe); each MoE layer has the same expert tensors.
 - A layer holding ``ffn_{gate,up,down,gate_up}_exps`` tensors has ``{arch}.expert_count`` routed
   experts (their last GGML dimension must agree); any other layer (``leading_dense_block_count``,
   ``mlp_only_layers``) has 0. ``expert_tensors`` are those tensors (biases and scales included) by
@@ -26,7 +30,9 @@ What llama.cpp does with each number, and so what this module counts:
   cache whatever the context: llama.cpp sizes it ``GGML_PAD(sliding_window + n_ubatch, 256)`` cells
   (768 at the window 128 and the default ``n_ubatch`` 512, one sequence), written as ``state_bytes``
   with ``kv_bytes_per_token`` 0.
-- Linear-attention layers (qwen3next: all but every ``full_attention_interval``-th) keep a fixed
+- Chunked-attention layers (llama4: three of every four, llama.cpp ``set_swa_pattern(4)``, unless
+  ``attention.sliding_window`` is 0) hold the same fixed cache for a chunk of 8,192 tokens: 8,704 cells.
+- Linear-attention layers (qwen3next, qwen35moe: all but every ``full_attention_interval``-th) keep a fixed
   F32 recurrent state (llama.cpp hard-codes F32): ``n_embd_r`` = (conv_kernel - 1) x (inner_size +
   2 x group_count x state_size) conv values plus ``n_embd_s`` = state_size x inner_size, 4 bytes
   each, per sequence.
@@ -39,14 +45,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from solver.errors import InputError
+from solver.importers.ggmltypes import KV_TYPES, row_bytes
 from solver.importers.ggufheader import GGUFFormatError, GGUFHeader, SkippedArray, TensorInfo, read_header
-from solver.importers.modelfile import ImportedModel
+from solver.importers.modelfile import MAX_EXPERTS, MAX_LAYERS, ImportedModel
 
-#: Architectures whose layer kinds this importer knows.
-ARCHS = ("qwen3moe", "qwen3next", "deepseek2", "gpt-oss", "glm4moe", "llama")
-
-#: KV cache type -> (elements per block, bytes per block), as ggml's type traits.
-KV_TYPES = {"f16": (1, 2), "q8_0": (32, 34), "q4_0": (32, 18)}
+#: Architectures whose layer kinds this importer knows (``general.architecture``).
+ARCHS = (
+    *("qwen3moe", "qwen3next", "qwen35moe", "qwen2moe", "deepseek2", "gpt-oss", "glm4moe", "llama"),
+    *("llama4", "ernie4_5-moe", "minimax-m2", "olmoe"),
+)
 
 #: Routed expert tensor stems, in the order ``expert_tensors`` lists them.
 EXPERT_STEMS = ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps", "ffn_gate_up_exps")
@@ -57,12 +64,16 @@ HEAD_TENSORS = ("output.weight", "output.bias", "output_norm.weight", "output_no
 #: The order of ``sources``: the model file's keys as it lists them.
 SOURCE_ORDER = (
     "name", "layers", "experts", "active_experts", "expert_bytes", "dense_bytes", "kinds", "state_bytes",
-    "kv_bytes_per_token", "first_stage_bytes", "last_stage_bytes", "max_context", "expert_tensors",
+    "kv_bytes_per_token", "first_stage_bytes", "last_stage_bytes", "max_context", "nextn_layers",
+    "expert_tensors",
 )  # fmt: skip
 
 #: llama.cpp's default micro-batch and SWA cache padding (llama-kv-cache-iswa.cpp).
 DEFAULT_N_UBATCH = 512
 SWA_PAD = 256
+#: llama4's attention chunk (llama.cpp sets ``n_swa`` 8192 and three chunked layers of every four).
+LLAMA4_CHUNK = 8192
+LLAMA4_PATTERN = 4
 
 #: Bytes per element of llama.cpp's recurrent (linear-attention) state: F32.
 STATE_ELEMENT_BYTES = 4
@@ -89,6 +100,7 @@ def read_gguf(path: Path, kv_type: str = "f16") -> ImportedModel:
     if len(set(names)) != len(names):
         raise InputError(shown, "a tensor name appears twice across the file's shards")
     layers = meta.block_count - meta.nextn
+    _check_layers(tensors, layers, meta, shown)
     sources = dict(meta.sources)
     counted = _count_tensors(tensors, layers, meta, shown, sources)
     kinds, kv, state = _attention(meta, layers, shown, sources, kv_type)
@@ -107,10 +119,78 @@ def read_gguf(path: Path, kv_type: str = "f16") -> ImportedModel:
         kv_bytes_per_token=kv,
         first_stage_bytes=0,
         last_stage_bytes=counted.head_bytes,
+        vocab_size=_vocab(tensors),
         command=command,
         sources={key: sources[key] for key in SOURCE_ORDER if key in sources},
         max_context=meta.context or None,
+        nextn_layers=meta.nextn,
     )
+
+
+def _vocab(tensors: list[TensorInfo]) -> int | None:
+    """The vocabulary's size: the rows of the output (or, tied, the embedding) matrix."""
+    by_name = {t.name: t for t in tensors}
+    for name in ("output.weight", "token_embd.weight"):
+        if name in by_name and len(by_name[name].shape) == 2:
+            return int(by_name[name].shape[1])
+    return None
+
+
+def _check_layers(tensors: list[TensorInfo], layers: int, meta: _Meta, shown: str) -> None:
+    """Every layer has tensors, and routed experts sit in the layers llama.cpp builds them in.
+
+    Runs before anything per layer is built, so a ``block_count`` the tensors cannot back costs only a
+    pass over the tensors.
+    """
+    present: dict[int, set[str]] = {}
+    for t in tensors:
+        match = BLOCK_TENSOR.match(t.name)
+        if match:
+            il, rest = int(match[1]), match[2]
+            stem = rest.split(".", 1)[0]
+            single = PER_EXPERT_TENSOR.match(rest)
+            present.setdefault(il, set()).add(f"{single[1]}_exps" if single else stem)
+    count = meta.key("block_count")
+    for il in range(layers):
+        if il not in present:
+            have = f"{len(present)} layer(s) of tensors" if present else "no blk.N tensors"
+            raise InputError(
+                shown, f"{count} {meta.block_count} but layer {il} has no tensors (the file has {have})"
+            )
+    if not any(stem in EXPERT_STEMS for il in range(layers) for stem in present[il]):
+        raise InputError(shown, "no routed expert tensors (blk.N.ffn_*_exps): not a mixture-of-experts model")
+    first_moe: tuple[int, set[str]] | None = None
+    for il in range(layers):
+        stems = {stem for stem in present[il] if stem in EXPERT_STEMS}
+        expected = il >= meta.leading_dense and (il + 1) % meta.moe_step == 0
+        if expected and not stems:
+            raise InputError(
+                shown, f"layer {il} has no routed expert tensors (blk.{il}.ffn_*_exps), but {_moe_rule(meta)}"
+            )
+        if stems and not expected:
+            raise InputError(shown, f"layer {il} has routed expert tensors, but {_moe_rule(meta)}")
+        if not stems and not present[il] & {"ffn_down", "ffn_gate", "ffn_up"}:
+            raise InputError(shown, f"layer {il} has no feed-forward tensors (blk.{il}.ffn_*)")
+        if stems and first_moe is None:
+            first_moe = (il, stems)
+        elif stems and first_moe is not None and stems != first_moe[1]:
+            other, theirs = first_moe
+            raise InputError(
+                shown,
+                f"layer {il} has expert tensors {', '.join(sorted(stems))} but layer {other} has"
+                f" {', '.join(sorted(theirs))}",
+            )
+
+
+def _moe_rule(meta: _Meta) -> str:
+    """Which layers llama.cpp builds routed experts in, for a message."""
+    where = "every layer"
+    if meta.moe_step > 1:
+        step = f"{meta.key('interleave_moe_layer_step')} {meta.moe_step}"
+        where = f"the last layer of every {meta.moe_step} ({step})"
+    if meta.leading_dense:
+        where += f" from layer {meta.leading_dense} on ({meta.key('leading_dense_block_count')})"
+    return f"llama.cpp builds them in {where} of a {meta.arch} model"
 
 
 def _stem(path: Path) -> str:
@@ -161,6 +241,9 @@ def _read_shards(path: Path) -> list[GGUFHeader]:
         return [first]
     if not match:
         raise InputError(shown, f"split.count is {count} but the name is not STEM-00001-of-{count:05d}.gguf")
+    if count != int(match["count"]):
+        raise InputError(shown, f"split.count is {count} but the file name says {match['count']} shards")
+    expected = first.metadata.get("split.tensors.count")
     headers = [first]
     for no in range(2, count + 1):
         shard = path.with_name(f"{match['stem']}-{no:05d}-of-{count:05d}.gguf")
@@ -169,12 +252,42 @@ def _read_shards(path: Path) -> list[GGUFHeader]:
         header = _header(shard)
         if header.metadata.get("split.no") != no - 1 or header.metadata.get("split.count") != count:
             raise InputError(str(shard), f"split.no/split.count do not make it shard {no} of {count}")
+        _same_model(first, header)
         headers.append(header)
-    expected = first.metadata.get("split.tensors.count")
     total = sum(len(h.tensors) for h in headers)
     if expected is not None and expected != total:
         raise InputError(shown, f"split.tensors.count is {expected}; the {count} shards hold {total} tensors")
     return headers
+
+
+def _same_model(first: GGUFHeader, shard: GGUFHeader) -> None:
+    """A later shard belongs to the first shard's model: the same split.tensors.count, no other
+    architecture or name, and each layer tensor shaped as the same tensor of the first shard's layers.
+
+    llama.cpp's gguf-split writes only the split.* keys into later shards, so the shapes are what tells
+    another model's shard apart (another quantization of the same model looks the same).
+    """
+    shown = str(shard.path)
+    for key in ("split.tensors.count", "general.architecture", "general.name"):
+        theirs = shard.metadata.get(key)
+        ours = first.metadata.get(key)
+        if theirs is not None and theirs != ours:
+            raise InputError(
+                shown, f"{key} is {theirs!r} but {first.path.name} says {ours!r}: another model's shard"
+            )
+    shapes: dict[str, tuple[int, ...]] = {}
+    for t in first.tensors:
+        match = BLOCK_TENSOR.match(t.name)
+        shapes.setdefault(match[2] if match else t.name, t.shape)
+    for t in shard.tensors:
+        match = BLOCK_TENSOR.match(t.name)
+        ours_shape = shapes.get(match[2] if match else t.name)
+        if ours_shape is not None and ours_shape != t.shape:
+            raise InputError(
+                shown,
+                f"tensor {t.name} has shape {list(t.shape)}, but {first.path.name} has {list(ours_shape)}"
+                " for the same tensor of its layers: another model's shard",
+            )
 
 
 class _Meta:
@@ -188,26 +301,44 @@ class _Meta:
         if arch is None:
             raise InputError(shown, "missing metadata key general.architecture")
         if arch not in ARCHS:
-            raise InputError(shown, f"architecture {arch!r} is not supported (supported: {', '.join(ARCHS)})")
+            raise InputError(
+                shown,
+                f"architecture {arch!r} is not supported (supported: {', '.join(ARCHS)}); for another"
+                " model write the model file by hand (docs/reference.md, 'The model file')",
+            )
         self.arch = str(arch)
         name = metadata.get("general.name")
         self.name = name if isinstance(name, str) else ""
         self.sources["name"] = "general.name" if self.name else "the file name (no general.name)"
         self.block_count = self.int("block_count")
+        if self.block_count > MAX_LAYERS:
+            raise InputError(
+                shown,
+                f"{self.key('block_count')} {self.block_count} is above the limit of {MAX_LAYERS:,} layers",
+            )
         self.nextn = self.int("nextn_predict_layers", 0)
         if not 0 <= self.nextn < self.block_count:
             raise InputError(shown, f"{self.key('nextn_predict_layers')} {self.nextn} leaves no layers")
         self.expert_count = self.int("expert_count", 0)
         if self.expert_count == 0:
             raise InputError(shown, f"no {self.key('expert_count')}: not a mixture-of-experts model")
+        if self.expert_count > MAX_EXPERTS:
+            raise InputError(
+                shown,
+                f"{self.key('expert_count')} {self.expert_count} is above the limit of {MAX_EXPERTS:,}",
+            )
         self.active_experts = self.int("expert_used_count")
         if not 0 < self.active_experts <= self.expert_count:
             used = f"{self.key('expert_used_count')} {self.active_experts}"
             raise InputError(shown, f"{used} is not in 1..{self.expert_count}")
         self.leading_dense = self.int("leading_dense_block_count", 0)
+        self.moe_step = max(self.int("interleave_moe_layer_step", 1), 1)
         layers = f"{self.key('block_count')} {self.block_count}"
         if self.nextn:
             layers += f" less {self.key('nextn_predict_layers')} {self.nextn} (MTP layers, not loaded)"
+            self.sources["nextn_layers"] = (
+                f"{self.key('nextn_predict_layers')}: blocks after the layers, layer slots to llama.cpp"
+            )
         self.sources["layers"] = layers
         self.sources["active_experts"] = f"{self.key('expert_used_count')} {self.active_experts}"
         self.context = self.int("context_length", 0)
@@ -300,12 +431,10 @@ def _count_tensors(
         expert_tensors.setdefault(key, [0] * layers)[il] += t.n_bytes
     for il, stems in enumerate(per_expert):
         for stem, ids in stems.items():
-            if ids != set(range(meta.expert_count)):
+            if len(ids) != meta.expert_count or min(ids) != 0 or max(ids) != meta.expert_count - 1:
                 have = f"{stem}.E tensors for {len(ids)} of {meta.expert_count} experts"
                 raise InputError(shown, f"layer {il} has {have}")
     experts = [meta.expert_count if moe[il] else 0 for il in range(layers)]
-    if not any(moe):
-        raise InputError(shown, "no routed expert tensors (blk.N.ffn_*_exps): not a mixture-of-experts model")
     expert_bytes = [
         -(-sum(column[il] for column in expert_tensors.values()) // experts[il]) if experts[il] else 0
         for il in range(layers)
@@ -356,8 +485,7 @@ def _ranges(indices: list[int]) -> str:
 
 def _row_bytes(elements: int, kv_type: str) -> int:
     """llama.cpp's bytes for one cache row of ``elements`` values (ggml_row_size), whole blocks."""
-    block, block_bytes = KV_TYPES[kv_type]
-    return -(-elements // block) * block_bytes
+    return row_bytes(KV_TYPES[kv_type], elements)
 
 
 def _attention(
@@ -390,7 +518,17 @@ def _attention(
             f"{meta.key('attention.sliding_window')} {window} + n_ubatch {DEFAULT_N_UBATCH}, {SWA_PAD})"
             f" = {cells} cells x the KV per token, one sequence"
         )
-    elif meta.arch == "qwen3next":
+    elif meta.arch == "llama4" and meta.metadata.get(meta.key("attention.sliding_window")) != 0:
+        cells = -(-(LLAMA4_CHUNK + DEFAULT_N_UBATCH) // SWA_PAD) * SWA_PAD
+        for il in range(layers):
+            if il % LLAMA4_PATTERN < LLAMA4_PATTERN - 1:
+                base[il], fixed[il], per_token[il] = "chunked", cells * per_token[il], 0
+        state_text = (
+            f"chunked (three of every {LLAMA4_PATTERN} layers): llama.cpp's chunked-attention cache of"
+            f" GGML_PAD(chunk {LLAMA4_CHUNK} + n_ubatch {DEFAULT_N_UBATCH}, {SWA_PAD}) = {cells} cells"
+            " x the KV per token, one sequence"
+        )
+    elif meta.arch in ("qwen3next", "qwen35moe"):
         interval = meta.int("full_attention_interval")
         if interval == 0:
             raise InputError(shown, f"{meta.key('full_attention_interval')} is 0")

@@ -21,6 +21,9 @@ class ImportedModel:
     kv_bytes_per_token   KV cache bytes per token by kind
     sources              model-file key -> where its number came from, written as comments
     max_context          the longest context the model was trained for (written when known)
+    nextn_layers         next-token-prediction blocks the GGUF file has after the L layers
+    vocab_size           tokens of the vocabulary (the output logits' width), when known
+    embedding_bytes      the token embeddings' part of ``first_stage_bytes`` (llama.cpp keeps them in RAM)
     """
 
     name: str
@@ -40,7 +43,16 @@ class ImportedModel:
     command: str = ""
     sources: dict[str, str] = field(default_factory=dict)
     max_context: int | None = None
+    nextn_layers: int = 0
+    vocab_size: int | None = None
+    embedding_bytes: int = 0
 
+
+#: Most layers (or blocks) a model file may have: far above any published model (the largest have
+#: a few hundred), and small enough that per-layer lists stay small. Checked before anything is built.
+MAX_LAYERS = 10_000
+#: Most routed experts a layer may have (published models have at most a few hundred).
+MAX_EXPERTS = 65_536
 
 #: Width the per-layer lists are wrapped at.
 LINE_WIDTH = 100
@@ -106,7 +118,7 @@ def model_yaml(m: ImportedModel, profile: str | None = None) -> str:
     head = [f"# {m.name}: model file written by `{m.command}`." if m.command else f"# {m.name}: model file."]
     if m.estimate:
         head += [
-            "# ESTIMATE: the bytes come from the weight scheme's bits per tensor class, not from the weights",
+            "# ESTIMATE: the bytes come from the weight scheme's type for each tensor, not from the weights",
             "# file itself; import the GGUF file (solve model from-gguf) for exact bytes.",
         ]
     if m.sources:
@@ -146,10 +158,18 @@ def model_yaml(m: ImportedModel, profile: str | None = None) -> str:
                 body.append(_line(key, table[kinds[0]], f"every layer ({kinds[0]})"))
     if m.first_stage_bytes:
         body.append(_line("first_stage_bytes", m.first_stage_bytes, _mib(m.first_stage_bytes)))
+    if m.embedding_bytes:
+        body.append(
+            _line("embedding_bytes", m.embedding_bytes, "of them token embeddings (llama.cpp: host RAM)")
+        )
+    if m.vocab_size:
+        body.append(_line("vocab_size", m.vocab_size, "tokens (the output logits' width)"))
     if m.last_stage_bytes:
         body.append(_line("last_stage_bytes", m.last_stage_bytes, _mib(m.last_stage_bytes)))
     if m.max_context:
         body.append(_line("max_context", m.max_context))
+    if m.nextn_layers:
+        body.append(_line("nextn_layers", m.nextn_layers, "MTP blocks after the layers (llama.cpp slots)"))
     if m.expert_tensors:
         body.append(
             "expert_tensors:                   # routed expert tensors of each layer, all experts, bytes"

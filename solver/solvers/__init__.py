@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from solver.arcs import Arcs
-from solver.problem import MASS_SCALE
+from solver.scales import MASS_SCALE
 
 
 @dataclass(frozen=True)

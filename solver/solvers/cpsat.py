@@ -26,9 +26,10 @@ import numpy as np
 import pandas as pd
 from ortools.sat.python import cp_model
 
+from solver import interrupt
 from solver.arcs import Arcs, best_through, subset
 from solver.arcs import by_gpu as arcs_by_gpu
-from solver.problem import MASS_SCALE
+from solver.scales import MASS_SCALE
 from solver.solvers import Limits, Solution, Stopped, check_deadline, relaxed_bound, stage_key, usable
 
 Fix = Callable[[cp_model.CpModel, list, Arcs], None]
@@ -352,7 +353,7 @@ class _Chain:
                 cb = _Progress(self.limits.progress, "window ms", lambda v: (a.const_time + v) / a.time_scale)
         s = self._solver()
         s.parameters.absolute_gap_limit = gap
-        status = s.solve(m, cb)
+        status = interrupt.solve(s, m, cb)
         self.solves += 1
         if status == cp_model.MODEL_INVALID:
             raise RuntimeError(f"CP-SAT rejected the model: {m.validate()}")

@@ -24,7 +24,7 @@ import numpy as np
 
 from solver.arcs import Arcs
 from solver.arcs import by_gpu as arcs_by_gpu
-from solver.problem import MASS_SCALE
+from solver.scales import MASS_SCALE
 from solver.solvers import Limits, Solution, Stopped, TooLarge, check_deadline, stage_key, usable
 
 #: Class-count states the free-order DP takes: 2^12 for 12 distinct GPUs, far more GPUs in few classes.

@@ -31,7 +31,7 @@ import numpy as np
 
 from solver import hostsplit, lagrange, windows
 from solver.arcs import Arcs, subset
-from solver.problem import MASS_SCALE
+from solver.scales import MASS_SCALE
 from solver.solvers import Limits, Solution, plan_arcs, stage_key, usable
 from solver.solvers.cpsat import least_top_stage
 from solver.solvers.dp import path_minimax

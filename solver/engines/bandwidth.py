@@ -1,0 +1,201 @@
+"""Speed from bytes: a decode step reads every weight it uses once, so its time is bytes over bandwidth.
+
+For llama.cpp, vLLM and SGLang the GPU time of layer l on GPU g is
+
+    gpu_ms(l, g) = layer_overhead_ms + 1000 * read(l, g) / (mem_bandwidth[g] * gpu_efficiency)
+    read(l, g)   = dense_bytes[l] + depth * kv_bytes_per_token[kind l]
+                   + (active_experts / experts[l]) * (bytes of layer l's experts held on g)
+
+and a GPU whose rig entry gives ``layer_ms`` keeps that figure per layer instead (a user's own
+measurement wins; its held experts then cost nothing more). The defaults of the effective constants
+come from public measurements: docs/reference.md, "Speed from bytes", gives each source.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+import numpy as np
+
+from solver.cards import DRIVER_MIB, Card, find_card
+from solver.engines.base import Engine, Required
+from solver.units import per_layer
+
+if TYPE_CHECKING:
+    from solver.config import GpuConfig, ModelConfig, RigConfig
+    from solver.problem import Problem
+    from solver.yamlfile import YamlDoc
+
+#: Share of a card's memory bandwidth a llama.cpp decode reaches (docs/reference.md, "Speed from bytes").
+GPU_EFFICIENCY = 0.8
+#: Fixed cost per layer per token (kernel launches and small kernels), ms.
+LAYER_OVERHEAD_MS = 0.05
+#: One change of device along a token's path (CPU <-> GPU), ms.
+SWITCH_MS = 0.08
+
+
+@dataclass(frozen=True)
+class Speed:
+    """The rig's speed settings, resolved: per GPU (k,) and rig-wide.
+
+    bandwidth: bytes/s of each GPU (0 where its ``layer_ms`` is given instead); given: the GPU's own
+    ``layer_ms`` counts per layer.
+    """
+
+    bandwidth: np.ndarray
+    given: np.ndarray
+    efficiency: float
+    overhead_ms: float
+    switch_ms: float
+    depth: int
+
+
+def gpu_bandwidth(gpu: GpuConfig) -> int | None:
+    """The GPU's memory bandwidth: its rig entry's, else the card table's for its name (a name several
+    cards share is told apart by the memory its ``free`` implies), else None."""
+    if gpu.mem_bandwidth is not None:
+        return gpu.mem_bandwidth
+    try:
+        card = card_of(gpu)
+    except ValueError:
+        return None
+    return card.bandwidth if card is not None else None
+
+
+def card_of(gpu: GpuConfig) -> Card | None:
+    """The card table's entry for the GPU's name, None when it has none; ValueError naming the choices
+    when the name fits several cards its free memory does not tell apart."""
+    if gpu.name is None:
+        return None
+    return find_card(gpu.name, total_mib=gpu.free // 2**20 + DRIVER_MIB)
+
+
+def resolve_speed(rig: RigConfig) -> Speed:
+    """Per-GPU bandwidths and the rig-wide constants, defaults filled in."""
+    given = np.array([g.layer_ms is not None for g in rig.gpus], dtype=bool)
+    bandwidth = np.array(
+        [0.0 if giv else float(gpu_bandwidth(g) or 0) for g, giv in zip(rig.gpus, given)], dtype=np.float64
+    )
+    return Speed(
+        bandwidth=bandwidth,
+        given=given,
+        efficiency=GPU_EFFICIENCY if rig.gpu_efficiency is None else rig.gpu_efficiency,
+        overhead_ms=LAYER_OVERHEAD_MS if rig.layer_overhead_ms is None else rig.layer_overhead_ms,
+        switch_ms=SWITCH_MS if rig.switch_ms is None else rig.switch_ms,
+        depth=rig.depth,
+    )
+
+
+def with_constants(
+    p: Problem,
+    *,
+    host_bandwidth: float | None = None,
+    gpu_efficiency: float | None = None,
+    layer_overhead_ms: float | None = None,
+    switch_ms: float | None = None,
+    handoff_ms: float | None = None,
+    depth: int | None = None,
+) -> Problem:
+    """The problem with other effective constants (what calibration tries): CPU times follow
+    ``host_bandwidth``, GPU times the rest. None keeps a constant as it is."""
+    sp = speed_of(p)
+    speed = dataclasses.replace(
+        sp,
+        efficiency=sp.efficiency if gpu_efficiency is None else gpu_efficiency,
+        overhead_ms=sp.overhead_ms if layer_overhead_ms is None else layer_overhead_ms,
+        switch_ms=sp.switch_ms if switch_ms is None else switch_ms,
+        depth=sp.depth if depth is None else depth,
+    )
+    change: dict = {"speed": speed}
+    if host_bandwidth is not None and p.host_bandwidth:
+        change["unit_ms"] = p.unit_ms * (p.host_bandwidth / host_bandwidth)
+        change["host_bandwidth"] = host_bandwidth
+    if handoff_ms is not None:
+        change["handoff_ms"] = handoff_ms
+    return dataclasses.replace(p, **change)
+
+
+def speed_of(p: Problem) -> Speed:
+    """The problem's speed settings; a problem built without them times every GPU by its layer_ms."""
+    if p.speed is not None:
+        return p.speed
+    k = p.n_gpus
+    return Speed(np.zeros(k), np.ones(k, dtype=bool), 1.0, 0.0, 0.0, 0)
+
+
+def per_byte_ms(p: Problem) -> np.ndarray:
+    """ms one byte read costs each GPU, shape (k,); 0 where the GPU's time is its own ``layer_ms``."""
+    sp = speed_of(p)
+    rate = sp.bandwidth * sp.efficiency
+    return np.where(sp.given | (rate <= 0), 0.0, 1000.0 / np.maximum(rate, 1e-300))
+
+
+def dense_ms(p: Problem) -> np.ndarray:
+    """GPU ms of each layer's reads other than experts, on each GPU, shape (L, k): the overhead plus
+    dense and KV bytes over bandwidth, or ``layer_ms`` where the GPU gives it."""
+    sp = speed_of(p)
+    dense = p.dense_bytes if p.dense_bytes is not None else np.zeros(p.n_layers, dtype=np.int64)
+    kv = p.kv_per_layer if p.kv_per_layer is not None else np.zeros(p.n_layers, dtype=np.int64)
+    read = dense.astype(np.float64) + sp.depth * kv.astype(np.float64)
+    ms = sp.overhead_ms + read[:, None] * per_byte_ms(p)[None, :]
+    return np.where(sp.given[None, :], p.layer_ms[None, :], ms)
+
+
+def all_held_ms(p: Problem) -> np.ndarray:
+    """GPU ms of each layer with every expert held, shape (L, k)."""
+    share = p.active_experts / np.maximum(p.experts_per_layer, 1)
+    experts = (share * p.experts_per_layer * p.expert_bytes).astype(np.float64)
+    return dense_ms(p) + experts[:, None] * per_byte_ms(p)[None, :]
+
+
+class BytesSpeed(Engine):
+    """An engine whose GPU time is bytes over bandwidth (llama.cpp, vLLM, SGLang)."""
+
+    required: ClassVar[tuple[Required, ...]] = (
+        Required(
+            "model",
+            "active_experts",
+            "the experts each token uses per MoE layer, for the bytes a GPU reads",
+            when=lambda rig: any(g.layer_ms is None for g in rig.gpus),
+        ),
+    )
+
+    def check_gpus(self, rig: RigConfig, doc: YamlDoc) -> None:
+        """Every GPU needs its memory bandwidth (``mem_bandwidth``, or a card name the table knows)
+        unless it gives ``layer_ms``."""
+        for i, gpu in enumerate(rig.gpus):
+            if gpu.layer_ms is not None or gpu.mem_bandwidth is not None:
+                continue
+            try:
+                known = card_of(gpu)
+            except ValueError as exc:
+                raise doc.error(("gpus", i, "name"), f"{exc}, or give mem_bandwidth") from None
+            if known is None:
+                named = f"card {gpu.name!r} is not in the card table; " if gpu.name else ""
+                raise doc.error(
+                    ("gpus", i),
+                    f"{named}needs mem_bandwidth (the vendor's figure, e.g. '936 GB/s'), or layer_ms",
+                )
+
+    def speed_fields(self, rig: RigConfig, model: ModelConfig, experts: np.ndarray) -> dict:
+        """The Problem fields the speed model reads, and each GPU's time per layer with every expert
+        held, averaged over the layers (what the proportional split weighs GPUs by)."""
+        n = model.layers
+        speed = resolve_speed(rig)
+        dense = np.array(per_layer(model.dense_bytes, n), dtype=np.float64)
+        share = (model.active_experts or 0) / np.maximum(experts, 1)
+        expert_read = share * experts * np.array(per_layer(model.expert_bytes, n), dtype=np.float64)
+        rate = speed.bandwidth * speed.efficiency
+        per_byte = np.where(speed.given | (rate <= 0), 0.0, 1000.0 / np.maximum(rate, 1e-300))
+        mean = speed.overhead_ms + (dense + expert_read).mean() * per_byte
+        return {
+            "speed": speed,
+            "dense_bytes": dense.astype(np.int64),
+            "active_experts": model.active_experts or 0,
+            "layer_ms": [g.layer_ms if g.layer_ms is not None else float(m) for g, m in zip(rig.gpus, mean)],
+        }
+
+    def slowest_gpu_ms(self, p: Problem) -> float:
+        return float(all_held_ms(p).sum(axis=0).max(initial=0.0))

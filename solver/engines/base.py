@@ -1,0 +1,198 @@
+"""What an engine is: the one object that owns every rule in which engines differ.
+
+Each engine turns a Problem into a ``Table`` over every (GPU g, layers [a, b)):
+
+- ``need`` (L+1, L+1): bytes a stage running [a, b) must hold whatever its GPU (weights, session,
+  buffers, and for the resident engines every expert of its layers); ``room`` (k, L+1, L+1) is
+  ``free - reserve - need``, -1 where the range does not fit;
+- ``weigh(g, a, b, scale, mass)``: integer weights of those ranges (``Weights``), read by solver.arcs;
+- ``const_units(scale)``: the part of every plan's window that no arc carries, in the same units.
+
+``stage_fill(p, g, a, b)`` gives one stage's fill straight from the definition (``StageFill``), which
+the plan's report uses and the tests hold the table to. Besides the arithmetic, an engine names the
+keys it needs, its default placement, its report columns and JSON keys, and its export. Everything
+else in moesplit asks the engine object, never the engine's name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, ClassVar, Protocol
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from solver.baselines import Baseline
+    from solver.config import ModelConfig, RigConfig
+    from solver.export import Offload
+    from solver.export_hosts import Hosts
+    from solver.plan import Placement, Stage
+    from solver.problem import Problem
+    from solver.yamlfile import YamlDoc
+
+
+@dataclass(frozen=True)
+class Weights:
+    """Integer weights of n ranges, shape (n,) each, times in units of 1/scale ms.
+
+    gpu: the stage's GPU time (the tie rule's bottleneck); time: what the stage adds to the window
+    beyond ``const_units`` (strata: GPU time less the misses its cache saves; the others: the stage's
+    whole time); missed: the time of the stage's own layers' misses or CPU work and switches (the
+    throughput objective's stage is gpu + missed); mass: held mass in units of 1e-12; host: bytes of
+    the stage's experts left in host memory; spare: spare KV tokens (SPARE_UNLIMITED when none limit).
+    """
+
+    gpu: np.ndarray
+    time: np.ndarray
+    missed: np.ndarray
+    mass: np.ndarray
+    host: np.ndarray
+    spare: np.ndarray
+
+
+@dataclass(frozen=True)
+class StageFill:
+    """What one stage holds, straight from the definition, in exact ints and float ms.
+
+    held/visible count the cached items (strata: profile pairs; llama.cpp: expert tensors;
+    resident: experts). ``offload`` lists the (layer, tensor names) llama.cpp leaves on the CPU.
+    ``fits``: the stage's range and what it must hold fit the GPU (room >= 0, and for the resident
+    engines every expert too). ``gpu_ms``: the stage's GPU time (None: its layers times the GPU's
+    layer_ms); ``miss_ms`` is the rest of its time, of which ``switch_ms`` device switches.
+    """
+
+    room: int
+    cache_bytes: int
+    held: int
+    visible: int
+    held_mass: float
+    miss_ms: float
+    host_bytes: int
+    spare_tokens: int | None = None
+    offload: list[tuple[int, tuple[str, ...]]] = field(default_factory=list)
+    fits: bool = True
+    gpu_ms: float | None = None
+    switch_ms: float = 0.0
+
+
+class Table(Protocol):
+    """The engine's table over every (GPU, range): rooms, then weights and fills on demand."""
+
+    need: np.ndarray
+    room: np.ndarray
+
+    def weigh(self, g: np.ndarray, a: np.ndarray, b: np.ndarray, scale: int, mass: bool) -> Weights: ...
+
+    def const_units(self, scale: int) -> int: ...
+
+
+@dataclass(frozen=True)
+class Orders:
+    """The GPU orders (a GPU per stage) an engine can run, and why there are none when the list is
+    empty."""
+
+    gpus: list[tuple[int, ...]]
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Required:
+    """A key the engine needs: in which file (``rig`` or ``model``), its name, what it means, and
+    (``when``) for which rigs, if not for all."""
+
+    file: str
+    key: str
+    what: str
+    when: Callable[[RigConfig], bool] | None = None
+
+
+StageCell = Callable[["Stage"], str]
+PlanCell = Callable[["Placement"], str]
+
+
+def tokens(n: int | None) -> str:
+    """A count of KV tokens for a table cell."""
+    return "no limit" if n is None else f"{n:,}"
+
+
+class Engine:
+    """One engine's rules. Subclasses set ``name`` and override what differs; register them in
+    solver.engines."""
+
+    name: ClassVar[str]
+    #: The engine reads a routing profile (the model's ``profile`` key).
+    profile: ClassVar[bool] = False
+    #: What a stage must hold, in words, for infeasibility messages.
+    holds: ClassVar[str] = "weights, session"
+    #: The report's stage columns between the range and the compute time.
+    columns: ClassVar[list[tuple[str, StageCell]]] = []
+    #: The report's plan-against-default rows after the window.
+    summary: ClassVar[list[tuple[str, PlanCell]]] = []
+    #: What the engine does, in a few words (rig files written for it say so).
+    note: ClassVar[str] = ""
+    #: Rig-wide keys the engine reads besides the common ones (``rig new`` writes only these).
+    rig_keys: ClassVar[tuple[str, ...]] = ()
+    #: The GPU keys that give the engine a card's speed.
+    speed_keys: ClassVar[tuple[str, ...]] = ("mem_bandwidth",)
+    #: The rate key that makes misses slow when it is too low (None: misses have no rate).
+    miss_rate_key: ClassVar[str | None] = None
+    #: Keys the engine needs beyond the common ones.
+    required: ClassVar[tuple[Required, ...]] = ()
+
+    def check_gpus(self, rig: RigConfig, doc: YamlDoc) -> None:
+        """Raise an InputError (file, line, key) for a GPU whose speed the engine cannot know."""
+
+    def slowest_gpu_ms(self, p: Problem) -> float:
+        """More than any stage's GPU time can be, in ms (bounds the integer scale)."""
+        return float(p.layer_ms.max(initial=0.0)) * p.n_layers
+
+    def problem_fields(self, rig: RigConfig, model: ModelConfig, experts: np.ndarray) -> dict:
+        """Extra Problem fields the engine's arithmetic reads."""
+        return {}
+
+    def table(self, p: Problem) -> Table:
+        """The (GPU, range) table of rooms and weights."""
+        raise NotImplementedError
+
+    def stage_fill(self, p: Problem, g: int, a: int, b: int) -> StageFill:
+        """One stage's fill from the definition."""
+        raise NotImplementedError
+
+    def miss_total_ms(self, p: Problem) -> float:
+        """The most a window can spend on misses: nothing held at all."""
+        return 0.0
+
+    def totals(self, p: Problem, fills: list[StageFill], compute_ms: float) -> tuple[float, float]:
+        """A placement's (window ms, held mass) from its stages' fills and its compute and hand-offs."""
+        return compute_ms + sum(f.miss_ms for f in fills), float(np.sum([f.held_mass for f in fills]))
+
+    def orders(self, p: Problem) -> Orders | None:
+        """The GPU orders the engine can run this rig in, where it restricts them; None: any order
+        the rig's ``order`` allows."""
+        return None
+
+    def default_split(self, p: Problem) -> Baseline | None:
+        """What the engine does unasked, evaluated like a plan; None where that is the proportional one."""
+        return None
+
+    def stage_json(self, stage: Stage) -> dict:
+        """Engine keys of one stage in the JSON report."""
+        return {}
+
+    def plan_json(self, plan: Placement | None) -> dict:
+        """Engine keys of the whole plan in the JSON report."""
+        return {}
+
+    def export(
+        self,
+        gpus: list[int],
+        cuts: list[int],
+        n_layers: int,
+        offload: list[Offload] | tuple[Offload, ...],
+        names: list[str] | None,
+        extra_blocks: int,
+        hosts: Hosts | None,
+    ) -> list[str]:
+        """Lines to paste that make the engine run the plan; ValueError for a plan it cannot express."""
+        raise NotImplementedError
