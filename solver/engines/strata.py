@@ -85,6 +85,9 @@ class Strata(Engine):
 
     name = "strata"
     profile = True
+    note = "a per-expert VRAM cache fed from a routing profile"
+    rig_keys = ("miss_ms", "first_stage_min_layers", "host_memory")
+    speed_keys = ("sms", "clock_ghz")
     columns: ClassVar[list[tuple[str, StageCell]]] = [
         ("cache", lambda s: format_size(s.cache_bytes)),
         ("pairs held", lambda s: f"{s.held_pairs:,}/{s.visible_pairs:,}"),
