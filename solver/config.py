@@ -113,6 +113,7 @@ class GpuConfig(_Strict):
     max_layers: Count | None = None
     host: Name = "local"
     mem_bandwidth: Rate | None = None
+    buffer: Size = 0
 
 
 class RigConfig(_Strict):
@@ -160,6 +161,7 @@ class ModelConfig(_Strict):
     expert_tensors: dict[str, PerLayerSize] | None = None
     max_context: Count | None = None
     nextn_layers: Whole = 0
+    other_weight_bytes: Size = 0
 
 
 _MESSAGES = {"missing": "missing (required)"}

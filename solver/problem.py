@@ -58,7 +58,8 @@ class Problem:
                        last device with the output
     unit_slot (U,)     llama.cpp's unit's position among its layer's tensors (the model's order)
     pair_layer (N,)    layer of rank r; pair_bytes (N,) its cached size; mass (N,) its routed mass
-    free, reserve (k,) bytes; layer_ms (k,) ms per layer; min_layers, max_layers (k,)
+    free, reserve (k,) bytes (reserve: the GPU's reserve plus its buffer allowance); layer_ms (k,) ms
+                       per layer; min_layers, max_layers (k,)
     """
 
     rig: str
@@ -255,7 +256,7 @@ def resolve(
         pair_bytes=pair_bytes.astype(np.int64),
         mass=pair_mass(model.curve, len(profile), profile.count) if profile is not None else np.zeros(0),
         free=np.array([g.free for g in gpus], dtype=np.int64),
-        reserve=np.array([g.reserve for g in gpus], dtype=np.int64),
+        reserve=np.array([g.reserve + g.buffer for g in gpus], dtype=np.int64),
         layer_ms=np.array(layer_ms, dtype=np.float64),
         min_layers=np.array([g.min_layers for g in gpus], dtype=np.int64),
         max_layers=np.array([min(g.max_layers or n, n) for g in gpus], dtype=np.int64),

@@ -22,6 +22,7 @@ class ImportedModel:
     sources              model-file key -> where its number came from, written as comments
     max_context          the longest context the model was trained for (written when known)
     nextn_layers         next-token-prediction blocks the GGUF file has after the L layers
+    other_weight_bytes   weights of the file no stage holds (host-memory embeddings, MTP layers)
     """
 
     name: str
@@ -42,6 +43,7 @@ class ImportedModel:
     sources: dict[str, str] = field(default_factory=dict)
     max_context: int | None = None
     nextn_layers: int = 0
+    other_weight_bytes: int = 0
 
 
 #: Most layers (or blocks) a model file may have: far above any published model (the largest have
@@ -160,6 +162,12 @@ def model_yaml(m: ImportedModel, profile: str | None = None) -> str:
         body.append(_line("max_context", m.max_context))
     if m.nextn_layers:
         body.append(_line("nextn_layers", m.nextn_layers, "MTP blocks after the layers (llama.cpp slots)"))
+    if m.other_weight_bytes:
+        body.append(
+            _line(
+                "other_weight_bytes", m.other_weight_bytes, f"{_mib(m.other_weight_bytes)}, no stage holds it"
+            )
+        )
     if m.expert_tensors:
         body.append(
             "expert_tensors:                   # routed expert tensors of each layer, all experts, bytes"
