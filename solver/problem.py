@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
+from fractions import Fraction
+from math import ceil
 from pathlib import Path
 
 import numpy as np
@@ -398,3 +401,12 @@ def load_problem(rig_path: Path, overrides: Overrides | None = None) -> Problem:
         files=files,
         model_file=model_doc.file,
     )
+
+
+def at_context(p: Problem, context: int, kv_scale: Fraction = Fraction(1)) -> Problem:
+    """The problem holding ``context`` tokens of KV cache, each value ``kv_scale`` times the model's
+    ``kv_bytes_per_token`` (another cache type): a layer's cache is ``ceil(kv * context * kv_scale)``."""
+    kv = p.kv_per_layer if p.kv_per_layer is not None else np.zeros(p.n_layers, dtype=np.int64)
+    base = p.layer_bytes - kv * p.context
+    cache = np.array([ceil(int(x) * context * kv_scale) for x in kv], dtype=np.int64)
+    return dataclasses.replace(p, layer_bytes=base + cache, context=context)

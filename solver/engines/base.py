@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, ClassVar, Protocol
 
 import numpy as np
 
+from solver.errors import ArgsError
+
 if TYPE_CHECKING:
     from solver.baselines import Baseline
     from solver.config import ModelConfig, RigConfig
@@ -29,6 +31,7 @@ if TYPE_CHECKING:
     from solver.export_hosts import Hosts
     from solver.plan import Placement, Stage
     from solver.problem import Problem
+    from solver.scored import Scored
     from solver.yamlfile import YamlDoc
 
 
@@ -181,4 +184,13 @@ class Engine:
         hosts: Hosts | None,
     ) -> list[str]:
         """Lines to paste that make the engine run the plan; ValueError for a plan it cannot express."""
+        raise NotImplementedError
+
+    def read_command(self, words: list[str]) -> object:
+        """The words of a command that runs this engine (its flags, ``NAME=VALUE`` variables before
+        them), read as the engine reads them, for ``score``; ArgsError for words it would refuse."""
+        raise ArgsError(f"engine {self.name} has no command line to score")
+
+    def score(self, p: Problem, args: object) -> Scored:
+        """The placement ``args`` (from ``read_command``) makes on the rig, predicted like a plan."""
         raise NotImplementedError

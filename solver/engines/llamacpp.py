@@ -27,9 +27,11 @@ from solver.units import format_size, per_layer
 if TYPE_CHECKING:
     from solver.baselines import Baseline
     from solver.config import ModelConfig, RigConfig
+    from solver.engines.llamaargs import LlamaArgs
     from solver.export import Offload
     from solver.export_hosts import Hosts
     from solver.problem import Problem
+    from solver.scored import Scored
 
 #: Integer units per ms the fill decides in (1e-9 ms); lowered for a model whose sums would overflow.
 DECISION_SCALE = 10**9
@@ -235,20 +237,41 @@ def fill_of(p: Problem, c: Costs, g: int, a: int, b: int, held: np.ndarray, fits
     )
 
 
-def free_memory_split(free: np.ndarray, n_layers: int) -> list[int]:
+def slot_devices(weights: np.ndarray, n_blocks: int, n_gpu_layers: int) -> list[int | None]:
+    """``load_tensors``: the device (a position in the model's device list) of slots 0..n_blocks, None
+    for the CPU; slot n_blocks is the output layer.
+
+    ``weights`` are the devices' split (the ``--tensor-split`` values, or their free memory), as float32,
+    not all zero. ``splits`` is their cumulative float32 sum over its total; with ``i_gpu_start =
+    max(n_blocks + 1 - ngl, 0)`` and ``act = min(ngl, n_blocks + 1)``, slot il goes to
+    ``upper_bound(splits, float(il - i_gpu_start) / act)``, or to the CPU outside [i_gpu_start,
+    i_gpu_start + act).
+    """
+    if len(weights) == 0:
+        return [None] * (n_blocks + 1)
+    splits = np.cumsum(np.asarray(weights, dtype=np.float32), dtype=np.float32)
+    splits = splits / splits[-1]
+    start = max(n_blocks + 1 - n_gpu_layers, 0)
+    act = min(n_gpu_layers, n_blocks + 1)
+    out: list[int | None] = []
+    for il in range(n_blocks + 1):
+        if il < start or il - start >= act:
+            out.append(None)
+            continue
+        x = np.float32(il - start) / np.float32(act)
+        out.append(min(int(np.searchsorted(splits, x, side="right")), len(splits) - 1))
+    return out
+
+
+def free_memory_split(free: np.ndarray, n_layers: int, extra_blocks: int = 0) -> list[int]:
     """Layers per device when ``--tensor-split`` is not given: llama.cpp splits by free memory.
 
-    ``load_tensors`` puts layer il on the first device whose cumulative float32 share exceeds
-    il / (L + 1) (the output layer is slot L, on the last device); the counts exclude that slot.
+    Every slot on the GPUs (``slot_devices`` with all layers offloaded); the file's ``extra_blocks``
+    after the planned layers (MTP) and the output slot come last; the counts are the planned layers'.
     """
-    splits = np.cumsum(free.astype(np.float32), dtype=np.float32) / np.float32(free.astype(np.float32).sum())
-    where = np.array(
-        [
-            np.searchsorted(splits, np.float32(il) / np.float32(n_layers + 1), side="right")
-            for il in range(n_layers)
-        ]
-    )
-    return np.bincount(np.minimum(where, len(free) - 1), minlength=len(free)).tolist()
+    n_blocks = n_layers + extra_blocks
+    where = slot_devices(free.astype(np.float32), n_blocks, n_blocks + 1)[:n_layers]
+    return np.bincount(np.array(where, dtype=np.int64), minlength=len(free)).tolist()
 
 
 #: The tensors one default unit stands for: a MoE layer's three routed expert tensors.
@@ -342,7 +365,7 @@ class LlamaCpp(BytesSpeed):
         from solver.baselines import Baseline, cuts_of
         from solver.plan import bounds_ok, evaluate, feasible
 
-        cuts = cuts_of(free_memory_split(p.free, p.n_layers))
+        cuts = cuts_of(free_memory_split(p.free, p.n_layers, p.nextn_layers))
         gpus = list(range(p.n_gpus))
         if not bounds_ok(p, cuts):
             return Baseline(
@@ -381,3 +404,15 @@ class LlamaCpp(BytesSpeed):
             servers, main, devices = llama_rpc_lines(hosts, gpus)
             return [*servers, *main, devices, split, *override]
         return [*device_order(gpus), *flags]
+
+    def read_command(self, words: list[str]) -> LlamaArgs:
+        """llama-server, llama-cli or llama-bench words (solver.engines.llamaargs)."""
+        from solver.engines.llamaargs import parse_llama_args
+
+        return parse_llama_args(words)
+
+    def score(self, p: Problem, args: LlamaArgs) -> Scored:
+        """Where the command puts every layer and expert tensor, timed (solver.engines.llamascore)."""
+        from solver.engines.llamascore import score
+
+        return score(p, args)
