@@ -17,6 +17,7 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import click
 import numpy as np
 from rich.console import Console
 from rich.table import Table
@@ -24,9 +25,9 @@ from rich.table import Table
 from solver.atomicfile import output_kind, refuse_inputs
 from solver.config import ModelConfig, load_model, load_rig, relative_to, shown_path
 from solver.console import console as make_console
-from solver.engines import engine_of
+from solver.engines import Engine, engine_of
 from solver.engines.bandwidth import speed_of, with_constants
-from solver.errors import InputError
+from solver.errors import ArgsError, InputError
 from solver.llamabench import Expect, read_bench, weight_bytes
 from solver.llamalog import read_log
 from solver.measured import Run
@@ -42,7 +43,13 @@ START_HOST_BANDWIDTH = 40 * 10**9
 #: How far each variable moves to read a run's slope (host_bandwidth and gpu_efficiency: a factor; the
 #: ms constants: this many ms). The time is linear in the variables, so any step reads it exactly.
 FACTORS = ("host_bandwidth", "gpu_efficiency")
-STEP = {"host_bandwidth": 0.5, "gpu_efficiency": 0.8, "switch_ms": 0.1, "layer_overhead_ms": 0.1, "handoff_ms": 1.0}
+STEP = {
+    "host_bandwidth": 0.5,
+    "gpu_efficiency": 0.8,
+    "switch_ms": 0.1,
+    "layer_overhead_ms": 0.1,
+    "handoff_ms": 1.0,
+}
 #: Units of the constants in the output.
 UNIT = {"gpu_efficiency": "", "switch_ms": " ms", "layer_overhead_ms": " ms", "handoff_ms": " ms"}
 
@@ -130,24 +137,23 @@ def at(p: Problem, x: np.ndarray) -> Problem:
     return with_constants(p, **constants_of(x))
 
 
-def _engine_scorer(p: Problem, rig_file: str):
-    """The engine's reading of llama.cpp flags and its scorer; InputError for an engine that runs none."""
-    from solver.engines.llamaargs import ArgsError, parse_llama_args
-
+def _engine(p: Problem, rig_file: str) -> Engine:
+    """The rig's engine; InputError for one that llama.cpp runs do not measure."""
     engine = engine_of(p)
-    if not getattr(engine, "reads_llama_flags", False):
+    if not engine.reads_llama_bench:
         raise InputError(
             rig_file,
             f"engine {engine.name}: llama-bench and llama.cpp runs calibrate the llama.cpp time model; "
             "set engine: llama.cpp in the rig",
             key="engine",
         )
-    return parse_llama_args, engine.score, ArgsError
+    return engine
 
 
-def score_run(p: Problem, run: Run, parse, score) -> Scoring:
+def score_run(p: Problem, run: Run, engine: Engine) -> Scoring:
     """The run's linear time model from its placement scored at ``p``'s constants and at each moved."""
-    args = parse(list(run.words))
+    args = engine.read_command(list(run.words))
+    score = engine.score
     x0 = weights_of(p)
     base_p = with_constants(p, depth=run.depth)
     first = score(at(base_p, x0), args)
@@ -185,6 +191,7 @@ def load(rig_path: Path, model_path: Path | None) -> Setup:
     path = model_path if model_path is not None else relative_to(rig_path, rig.model or "")
     model, _ = load_model(path)
     p = load_problem(rig_path, Overrides(model=model_path, host_bandwidth=START_HOST_BANDWIDTH))
+    _engine(p, doc.file)
     start = [] if rig.host_bandwidth is not None else ["host_bandwidth"]
     text = rig_path.read_text(encoding="utf-8")
     return Setup(p, text, doc.file, path, model, rig.model, start)
@@ -196,7 +203,8 @@ def gather(
     """Every run of the files, the compute buffers the logs show (by rig GPU), and notes."""
     if logs and len(flags) not in (1, len(logs)):
         raise InputError(
-            "--args", f"give one --args for every --llama-log, or one for all; got {len(flags)} for {len(logs)}"
+            "--args",
+            f"give one --args for every --llama-log, or one for all; got {len(flags)} for {len(logs)}",
         )
     if flags and not logs:
         raise InputError("--args", "gives the flags a --llama-log was run with; no --llama-log given")
@@ -219,7 +227,9 @@ def gather(
         runs += log.runs
         for gpu, size in log.buffer_text.items():
             if gpu >= p.n_gpus:
-                notes.append(f"{shown_path(path)}: CUDA{gpu} compute buffer: the rig has {p.n_gpus} GPU(s): skipped")
+                notes.append(
+                    f"{shown_path(path)}: CUDA{gpu} compute buffer: the rig has {p.n_gpus} GPU(s): skipped"
+                )
             else:
                 buffers[gpu] = size
     return runs, buffers, notes
@@ -227,12 +237,12 @@ def gather(
 
 def score_all(p: Problem, runs: list[Run], rig_file: str, notes: list[str]) -> list[Scoring]:
     """Every run scored; a run whose flags the scorer cannot read is noted and left out."""
-    parse, score, args_error = _engine_scorer(p, rig_file)
+    engine = _engine(p, rig_file)
     out = []
     for run in runs:
         try:
-            scored = score_run(p, run, parse, score)
-        except (args_error, InputError) as exc:
+            scored = score_run(p, run, engine)
+        except (ArgsError, InputError) as exc:
             notes.append(f"{run.source}: {exc}: skipped")
             continue
         if scored.short:
@@ -283,15 +293,31 @@ def calibrate(
                 f"{len(scorings)} run{'s' if len(scorings) != 1 else ''} can fit at most {len(scorings)} of the "
                 f"{exercised} constants they exercise; the others keep their values (below)"
             )
-        parse, score, _ = _engine_scorer(p, setup.shown)
+        engine = _engine(p, setup.shown)
         fitted_p = at(p, fitted.x)
         after = np.array(
-            [score(with_constants(fitted_p, depth=s.run.depth), parse(list(s.run.words))).window_ms for s in scorings]
+            [
+                engine.score(
+                    with_constants(fitted_p, depth=s.run.depth), engine.read_command(list(s.run.words))
+                ).window_ms
+                for s in scorings
+            ]
         )
         loo = leave_one_out(design, x0) if len(scorings) >= 3 else None
     sources = [shown_path(f) for f in (*benches, *logs)]
     return Outcome(
-        p.rig, p.model, sources, x0, setup.start_keys, scorings, fitted, after, loo, buffers, p.gpu_names, notes
+        p.rig,
+        p.model,
+        sources,
+        x0,
+        setup.start_keys,
+        scorings,
+        fitted,
+        after,
+        loo,
+        buffers,
+        p.gpu_names,
+        notes,
     )
 
 
@@ -318,7 +344,12 @@ def edits_of(o: Outcome, setup: Setup, out: Path | None) -> list[Edit]:
         edits = [Edit(k, value_text(k, fitted[k]), note) for k in o.fitted.identified]
     for gpu in sorted(o.buffers):
         edits.append(Edit("buffer", o.buffers[gpu], "compute buffer, from its load log", gpu=gpu))
-    if edits and out is not None and setup.named_model is not None and not Path(setup.named_model).is_absolute():
+    if (
+        edits
+        and out is not None
+        and setup.named_model is not None
+        and not Path(setup.named_model).is_absolute()
+    ):
         target = Path(os.path.relpath(setup.model_path.resolve(), out.resolve().parent))
         if target != Path(setup.named_model):
             edits.append(Edit("model", json.dumps(target.as_posix())))
@@ -362,16 +393,10 @@ def run(
     for line in outcome.notes:
         errors.print(f"note: {line}", markup=False, highlight=False)
     if as_json:
-        click_echo(json.dumps(to_json(outcome), indent=2))
+        click.echo(json.dumps(to_json(outcome), indent=2))
     else:
         print_outcome(outcome, setup.shown, console)
     return outcome
-
-
-def click_echo(text: str) -> None:
-    import click
-
-    click.echo(text)
 
 
 def _err(predicted_ms: float, measured_tps: float) -> float:
@@ -428,7 +453,13 @@ def print_outcome(o: Outcome, shown: str, console: Console) -> None:
         for i, s in enumerate(o.scorings):
             tps = s.run.tokens_per_s
             measured = f"{tps:.2f}" + (f" ± {s.run.spread:.2f}" if s.run.spread else "")
-            row = [s.run.source, s.run.placement, measured, _cell(s.before_ms, tps), _cell(o.after_ms[i], tps)]
+            row = [
+                s.run.source,
+                s.run.placement,
+                measured,
+                _cell(s.before_ms, tps),
+                _cell(o.after_ms[i], tps),
+            ]
             if o.loo_ms is not None:
                 row.append(_cell(o.loo_ms[i], tps))
             table.add_row(*row)
@@ -439,7 +470,9 @@ def print_outcome(o: Outcome, shown: str, console: Console) -> None:
         for key in o.fitted.identified:
             was = "none" if key in o.start_keys else shown_value(key, before[key])
             parts.append(f"{key} {shown_value(key, after[key])} (was {was})")
-        console.print(f"fitted: {', '.join(parts) if parts else 'nothing the runs identify'}", highlight=False)
+        console.print(
+            f"fitted: {', '.join(parts) if parts else 'nothing the runs identify'}", highlight=False
+        )
         for key, hint in not_identified(o).items():
             kept = "none" if key in o.start_keys else shown_value(key, before[key])
             console.print(f"kept {key} {kept}: not identified: {hint}", highlight=False)

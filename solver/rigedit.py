@@ -108,7 +108,9 @@ def _set_in_block(
         last = _last_line(value)
         end = starts[last + 1] if last + 1 < len(starts) else len(text)
         old = text[starts[first] : end].splitlines()
-        kept = "".join(f"{indent}# was: {x[len(indent) :] if x.startswith(indent) else x.strip()}\n" for x in old)
+        kept = "".join(
+            f"{indent}# was: {x[len(indent) :] if x.startswith(indent) else x.strip()}\n" for x in old
+        )
         return starts[first], end, line + kept
     target = _value_of(mapping, before) if before else None
     if target is not None:
