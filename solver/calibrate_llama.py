@@ -290,8 +290,8 @@ def calibrate(
         exercised = len(CONSTANTS) - len(fitted.unused)
         if len(scorings) < exercised:
             notes.append(
-                f"{len(scorings)} run{'s' if len(scorings) != 1 else ''} can fit at most {len(scorings)} of the "
-                f"{exercised} constants they exercise; the others keep their values (below)"
+                f"{len(scorings)} run{'s' if len(scorings) != 1 else ''} can fit at most {len(scorings)} of "
+                f"the {exercised} constants they exercise; the others keep their values (below)"
             )
         engine = _engine(p, setup.shown)
         fitted_p = at(p, fitted.x)
@@ -441,7 +441,8 @@ def not_identified(o: Outcome) -> dict[str, str]:
 def print_outcome(o: Outcome, shown: str, console: Console) -> None:
     """The runs table, the fitted and kept constants, the errors, and the YAML written or to add."""
     console.print(
-        f"[bold]calibrate {o.rig}[/bold] (model {o.model}): {len(o.scorings)} run(s) from {', '.join(o.sources)}",
+        f"[bold]calibrate {o.rig}[/bold] (model {o.model}): {len(o.scorings)} run(s) from "
+        + ", ".join(o.sources),
         highlight=False,
     )
     if o.scorings:

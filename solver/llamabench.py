@@ -198,7 +198,8 @@ def _check_model(row: dict, expect: Expect) -> None:
         of = f" ({brief(name)})" if isinstance(name, str) and name else ""
         raise Skip(
             f"model_size {format_size(size)}{of} is {off:.1%} from the model's "
-            f"{format_size(expect.model_bytes)} of weights (over {SIZE_TOLERANCE:.0%}): another model or quant"
+            f"{format_size(expect.model_bytes)} of weights (over {SIZE_TOLERANCE:.0%}): "
+            "another model or quant"
         )
 
 

@@ -219,7 +219,8 @@ def run(rig: Path, model: Path | None, as_json: bool, console: Console) -> Sugge
         )
         return s
     console.print(
-        f"# {len(s.runs)} decode tests; MODEL.gguf: the GGUF file of {setup.p.model} (the model file's source)",
+        f"# {len(s.runs)} decode tests; MODEL.gguf: the GGUF file of {setup.p.model} "
+        "(the model file's source)",
         markup=False,
         highlight=False,
     )

@@ -86,7 +86,14 @@ def machine_rows(path: Path, folder: Path) -> list[Row]:
         if str(model_file) not in problems:
             problems[str(model_file)] = _rig(doc, model_file, folder)
         p = problems[str(model_file)]
-        run = Run(f"{doc['machine']} run {i + 1}", tuple(shlex.split(r["flags"])), r["depth"], float(r["tg"]), 0.0, "")
+        run = Run(
+            f"{doc['machine']} run {i + 1}",
+            tuple(shlex.split(r["flags"])),
+            r["depth"],
+            float(r["tg"]),
+            0.0,
+            "",
+        )
         cases.append((p, run, score_run(p, run, engine)))
     x0 = weights_of(next(iter(problems.values())))
     x = fit(design_of([s for _, _, s in cases[:fitted_n]]), x0).x
@@ -138,9 +145,7 @@ def summary(rows: list[Row]) -> Summary:
     held = [r for r in rows if not r.fitted]
     after = [abs(_error(r.after, r.measured)) for r in held]
     pairs = [
-        (a, b)
-        for a, b in combinations(rows, 2)
-        if a.machine == b.machine and not (a.fitted and b.fitted)
+        (a, b) for a, b in combinations(rows, 2) if a.machine == b.machine and not (a.fitted and b.fitted)
     ]
     ratios = [abs((a.after / b.after) / (a.measured / b.measured) - 1.0) for a, b in pairs]
     return Summary(
@@ -163,15 +168,17 @@ def markdown(rows: list[Row]) -> str:
     for r in rows:
         lines.append(
             f"| {r.machine} | {r.model} | `{r.flags}` | {r.depth} | {r.measured:g} | "
-            f"{r.before:.1f} ({_error(r.before, r.measured):+.0%}) | {r.after:.1f} ({_error(r.after, r.measured):+.0%}) | "
+            f"{r.before:.1f} ({_error(r.before, r.measured):+.0%}) | "
+            f"{r.after:.1f} ({_error(r.after, r.measured):+.0%}) | "
             f"{'fitted' if r.fitted else 'held out'} |"
         )
     s = summary(rows)
     lines += [
         "",
         f"Before, all {len(rows)} runs: median error {s.before_median:.1%}, {s.before_close:.0%} within 15%.",
-        f"After, the {s.held_out} held-out runs: median error {s.after_median:.1%}, {s.after_close:.0%} within "
-        f"15%; same-machine speed ratios within 15%: {s.ratio_close:.0%} of {s.pairs} pairs.",
+        f"After, the {s.held_out} held-out runs: median error {s.after_median:.1%}, "
+        f"{s.after_close:.0%} within 15%; same-machine speed ratios within 15%: {s.ratio_close:.0%} of "
+        f"{s.pairs} pairs.",
     ]
     return "\n".join(lines)
 

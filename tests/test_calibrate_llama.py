@@ -139,12 +139,7 @@ def true_rates(rig: Path, rows: list[dict], truth: dict[str, float]) -> list[dic
 
 def design_rows() -> list[dict]:
     """Runs that identify host_bandwidth, gpu_efficiency and switch_ms on one GPU (as --suggest asks)."""
-    return [
-        bench_row(ncmoe=m, ot=ot, depth=d)
-        for m in (14, 24)
-        for ot in ("none", RULE)
-        for d in (0, 32768)
-    ]
+    return [bench_row(ncmoe=m, ot=ot, depth=d) for m in (14, 24) for ot in ("none", RULE) for d in (0, 32768)]
 
 
 def write_json(folder: Path, rows: list[dict], name: str = "runs.json") -> Path:
@@ -337,7 +332,9 @@ def test_without_write_the_lines_to_add_are_printed(tmp_path: Path) -> None:
     assert result.exit_code == 0
     assert f"add to {rig}" in result.stdout or "add to" in result.stdout
     assert "host_bandwidth: 61 GB/s   # fitted by solve calibrate" in result.stdout
-    assert "leave-one-out" in result.stdout and "kept layer_overhead_ms 0.05 ms: not identified" in result.stdout
+    assert (
+        "leave-one-out" in result.stdout and "kept layer_overhead_ms 0.05 ms: not identified" in result.stdout
+    )
     assert rig.read_text() == RIG.format(model=MODEL, gpus=GPU_5080)
 
 
@@ -400,7 +397,7 @@ def test_llama_server_log_gives_runs_and_buffers(tmp_path: Path) -> None:
     log.write_text(
         "llama_context:      CUDA0 compute buffer size =   300.75 MiB\n"
         "llama_context:  CUDA_Host compute buffer size =    12.01 MiB\n"
-        f"prompt eval time =     143.21 ms /    35 tokens (    4.09 ms per token,   244.40 tokens per second)\n"
+        "prompt eval time =     143.21 ms /    35 tokens (    4.09 ms per token,   244.40 tokens per second)\n"
         f"       eval time = {rates[0] * 255:10.4f} ms /   255 tokens\n"
         f"prompt eval time =    1143.21 ms /   900 tokens\n"
         f"       eval time = {rates[1] * 100:10.4f} ms /   100 runs\n"
@@ -416,7 +413,21 @@ def test_llama_server_log_gives_runs_and_buffers(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "says"),
     [
-        (["--llama-log", "a.log", "--llama-log", "b.log", "--args", "-ngl 1", "--args", "x", "--args", "y"], "--args"),
+        (
+            [
+                "--llama-log",
+                "a.log",
+                "--llama-log",
+                "b.log",
+                "--args",
+                "-ngl 1",
+                "--args",
+                "x",
+                "--args",
+                "y",
+            ],
+            "--args",
+        ),
         (["--args", "-ngl 99"], "no --llama-log"),
         (["--point", "0.5=80"], "take no RIG"),
         ([], "give --llama-bench FILE"),
