@@ -397,9 +397,10 @@ def test_llama_server_log_gives_runs_and_buffers(tmp_path: Path) -> None:
     log.write_text(
         "llama_context:      CUDA0 compute buffer size =   300.75 MiB\n"
         "llama_context:  CUDA_Host compute buffer size =    12.01 MiB\n"
-        "prompt eval time =     143.21 ms /    35 tokens (    4.09 ms per token,   244.40 tokens per second)\n"
+        "prompt eval time =     143.21 ms /    35 tokens (    4.09 ms per token,   244.40 tokens per "
+        "second)\n"
         f"       eval time = {rates[0] * 255:10.4f} ms /   255 tokens\n"
-        f"prompt eval time =    1143.21 ms /   900 tokens\n"
+        "prompt eval time =    1143.21 ms /   900 tokens\n"
         f"       eval time = {rates[1] * 100:10.4f} ms /   100 runs\n"
     )
     result = cli_run(rig, "--llama-log", log, "--args", flags, "--write", rig)
