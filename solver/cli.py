@@ -50,7 +50,7 @@ class _DefaultToPlan(click.Group):
     Subcommands in ``LAZY`` are imported only when named, so ``solve RIG`` never loads them.
     """
 
-    LAZY: ClassVar[dict[str, str]] = {"bench": "solver.bench:bench"}
+    LAZY: ClassVar[dict[str, str]] = {"bench": "solver.bench:bench", "score": "solver.score_cli:score"}
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         known = (*self.commands, *self.LAZY, "--help", "-h", "--version")

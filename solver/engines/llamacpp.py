@@ -280,7 +280,8 @@ DEFAULT_EXPERT_TENSORS = ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")
 COMPANIONS = (".bias", ".scale")
 
 
-def _base(name: str) -> str:
+def base_tensor(name: str) -> str:
+    """The expert tensor a name belongs to: itself, or the tensor a bias or scale goes with."""
     for end in COMPANIONS:
         if name.endswith(end):
             return name[: -len(end)]
@@ -301,7 +302,7 @@ def llama_units(model: ModelConfig, host_bandwidth: int, experts: np.ndarray) ->
     else:
         groups: dict[str, list] = {}
         for name, value in model.expert_tensors.items():
-            groups.setdefault(_base(name), []).append(((name,), per_layer(value, n)))
+            groups.setdefault(base_tensor(name), []).append(((name,), per_layer(value, n)))
     rows = []
     for slot, members in enumerate(groups.values()):
         names = tuple(x for tensor_names, _ in members for x in tensor_names)

@@ -27,8 +27,8 @@ import numpy as np
 
 from solver.engines.bandwidth import with_constants
 from solver.engines.base import StageFill
-from solver.engines.llamaargs import KV_TYPE_BYTES, LlamaArgs
-from solver.engines.llamacpp import COMPANIONS, Costs, slot_devices
+from solver.engines.llamaargs import KV_TYPE_BYTES, LlamaArgs, moe_rules
+from solver.engines.llamacpp import Costs, base_tensor, slot_devices
 from solver.errors import ArgsError
 from solver.export import Offload
 from solver.plan import Placement, Stage, handoffs_ms
@@ -179,7 +179,7 @@ def layer_devices(p: Problem, args: LlamaArgs, dev: Devices) -> tuple[list[int],
 
 def _mains(names: tuple[str, ...]) -> list[str]:
     """A unit's own tensors (its bias and scale tensors go with them)."""
-    return [n for n in names if not n.endswith(COMPANIONS)] or list(names[:1])
+    return [n for n in names if base_tensor(n) == n] or list(names[:1])
 
 
 def placed_bytes(
@@ -191,7 +191,10 @@ def placed_bytes(
     targets = [dev.of_buffer(buft, shown) for _, buft, shown in rules]
     notes = []
     n_blocks = p.n_layers + p.nextn_layers
+    own = {pattern for pattern, _ in moe_rules(n_blocks) + moe_rules(cpu_moe=True)}  # experts only
     for regex, _, shown in rules:
+        if regex.pattern in own:
+            continue
         hit = next(
             (f"blk.{i}.{t}" for i in range(n_blocks) for t in DENSE_TENSORS if regex.search(f"blk.{i}.{t}")),
             None,
@@ -211,6 +214,7 @@ def placed_bytes(
     k = p.n_gpus
     out = np.zeros((len(c.layer), k + 1), dtype=np.int64)
     cpu_names: list[list[str]] = []
+    parted: list[str] = []
     for i, u in enumerate(c.order):
         layer = int(c.layer[i])
         names = p.unit_names[int(u)]
@@ -221,16 +225,20 @@ def placed_bytes(
         for j, name in enumerate(mains):
             d = where(Offload(layer, name).name, home)
             out[i, d if d != CPU else k] += size * (j + 1) // len(mains) - size * j // len(mains)
-            for companion in (n for n in names if n.endswith(COMPANIONS) and n.startswith(name)):
+            companions = [n for n in names if n != name and base_tensor(n) == name]
+            for companion in companions:
                 other = where(Offload(layer, companion).name, home)
                 if other != d:
-                    notes.append(
-                        f"{Offload(layer, companion).name} goes with {Offload(layer, name).name} in the score"
-                    )
+                    parted.append(Offload(layer, companion).name)
             if d == CPU:
-                on_cpu += [name] + [n for n in names if n.endswith(COMPANIONS) and n.startswith(name)]
+                on_cpu += [name, *companions]
         cpu_names.append(on_cpu)
-    return out, cpu_names, list(dict.fromkeys(notes))
+    if parted:
+        notes.append(
+            f"{len(parted)} bias or scale tensors ({parted[0]}, ...) are sent elsewhere than their expert "
+            f"tensor; the score keeps each with its tensor"
+        )
+    return out, cpu_names, notes
 
 
 def score(p: Problem, args: LlamaArgs) -> Scored:

@@ -23,10 +23,12 @@ from solver.units import format_size
 if TYPE_CHECKING:
     from solver.baselines import Baseline
     from solver.config import ModelConfig, RigConfig
+    from solver.engines.stageargs import StageArgs
     from solver.export import Offload
     from solver.export_hosts import Hosts
     from solver.plan import Placement
     from solver.problem import Problem
+    from solver.scored import Scored
 
 
 def kv_prefix(p: Problem) -> np.ndarray:
@@ -157,6 +159,19 @@ class Resident(BytesSpeed):
     def size_flags(self, k: int) -> list[str]:
         """The flags that set the pipeline size."""
         raise NotImplementedError
+
+    def read_command(self, words: list[str]) -> StageArgs:
+        """The partition variable, the pipeline size and CUDA_VISIBLE_DEVICES (solver.engines.stageargs)."""
+        from solver.engines.stageargs import parse_stage_args
+
+        return parse_stage_args(self.name, words)
+
+    def score(self, p: Problem, args: StageArgs) -> Scored:
+        """Stage s on CUDA device s running the partition's layers, or the engine's even split."""
+        from solver.engines.stageargs import score_stages, stage_sizes
+
+        k = args.stages or 1
+        return score_stages(p, args, stage_sizes(p, args, self.partition(p.n_layers, k)))
 
     def across_hosts(self, hosts: Hosts, gpus: list[int], partition: str) -> list[str]:
         """Each host's lines for a plan that spans machines."""

@@ -15,9 +15,11 @@ from solver.units import format_size
 
 if TYPE_CHECKING:
     from solver.config import RigConfig
+    from solver.engines.stageargs import StageArgs
     from solver.export import Offload
     from solver.export_hosts import Hosts
     from solver.problem import Problem
+    from solver.scored import Scored
     from solver.yamlfile import YamlDoc
 
 
@@ -136,3 +138,15 @@ class Strata(Engine):
         if not cuts:  # one stage: an empty --layer-split would be a broken flag
             return [*lines, "# one GPU runs every layer: no --layer-split needed", config]
         return [*lines, f"--layer-split {','.join(map(str, cuts))}", config]
+
+    def read_command(self, words: list[str]) -> StageArgs:
+        """``--layer-split CUTS`` and CUDA_VISIBLE_DEVICES (solver.engines.stageargs)."""
+        from solver.engines.stageargs import parse_stage_args
+
+        return parse_stage_args(self.name, words)
+
+    def score(self, p: Problem, args: StageArgs) -> Scored:
+        """GPU s of the command's devices running the layers between its cuts, caching what fits."""
+        from solver.engines.stageargs import score_stages, stage_sizes
+
+        return score_stages(p, args, stage_sizes(p, args, None))
