@@ -62,18 +62,19 @@ HINTS = {
     ),
     "gpu_efficiency": (
         "no GPU's time comes from its bytes (each gives layer_ms)",
-        "add runs that differ in the bytes the GPUs read: another depth (-d 0,16384) or another -ts split "
-        "over GPUs of different bandwidth",
+        "add runs that differ in the bytes the GPUs read: another depth (-d 0,32768), or another -ts over "
+        "GPUs of different bandwidth (--suggest)",
     ),
     "switch_ms": (
         "no run has expert tensors on the CPU: add one with -ncmoe N (N > 0)",
-        "add runs that differ in how many layers have experts on the CPU at about the same CPU bytes: an -ot "
-        "rule sending only ffn_(up|gate)_exps of some layers to the CPU beside -ncmoe, or another quant",
+        "add runs that differ in how many layers have experts on the CPU at about the same CPU bytes: an "
+        "-ot rule sending only ffn_gate_exps of some layers to the CPU beside -ncmoe (--suggest), or another "
+        "quant",
     ),
     "layer_overhead_ms": (
         "no GPU's time comes from its bytes (each gives layer_ms)",
-        "add runs that differ in the number of GPU layers (-ngl) or in GPU bytes at the same layers "
-        "(-d 0,16384)",
+        "add runs that differ in GPU bytes at the same layers (-d 0,32768) or in the layers on the GPUs "
+        "(-ngl)",
     ),
     "handoff_ms": (
         "every run uses one GPU (no hand-offs)",
@@ -293,16 +294,7 @@ def calibrate(
                 f"{len(scorings)} run{'s' if len(scorings) != 1 else ''} can fit at most {len(scorings)} of "
                 f"the {exercised} constants they exercise; the others keep their values (below)"
             )
-        engine = _engine(p, setup.shown)
-        fitted_p = at(p, fitted.x)
-        after = np.array(
-            [
-                engine.score(
-                    with_constants(fitted_p, depth=s.run.depth), engine.read_command(list(s.run.words))
-                ).window_ms
-                for s in scorings
-            ]
-        )
+        after = design.predict(fitted.x)  # the scorer's window at the fitted constants: t is linear in x
         loo = leave_one_out(design, x0) if len(scorings) >= 3 else None
     sources = [shown_path(f) for f in (*benches, *logs)]
     return Outcome(
@@ -455,7 +447,7 @@ def print_outcome(o: Outcome, shown: str, console: Console) -> None:
             tps = s.run.tokens_per_s
             measured = f"{tps:.2f}" + (f" ± {s.run.spread:.2f}" if s.run.spread else "")
             row = [
-                s.run.source,
+                s.run.source.rsplit("/", 1)[-1],
                 s.run.placement,
                 measured,
                 _cell(s.before_ms, tps),
