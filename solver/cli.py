@@ -68,6 +68,7 @@ class _DefaultToPlan(click.Group):
         ("solve rigs/box.yaml --plot plan.svg", "draw VRAM and compute per GPU (.png, .svg or .pdf)"),
         ("solve rigs/llama-mix.yaml --export llama.cpp", "plan for llama.cpp; print -ts and the -ot regex"),
         ("solve rigs/vllm-mix.yaml --objective throughput", "plan vLLM stages for batched serving"),
+        ("solve score rigs/llama-mix.yaml -- -ngl 99 -ncmoe 80", "what your llama.cpp command does, per GPU"),
         ("solve probe -o rigs/mine.yaml", "write a rig from this machine's GPUs, to edit and plan"),
         ('solve rig new "RTX 4090" "RTX 3090" -o rigs/mine.yaml', "or from card names, without NVML"),
     )

@@ -12,6 +12,8 @@ the engine would refuse.
 from __future__ import annotations
 
 import json
+import re
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -26,6 +28,22 @@ from solver.options import SECONDS
 from solver.planner import Result
 
 EXIT_INPUT = 2
+
+
+def command_words(words: list[str]) -> list[str]:
+    """The command's words; an argument holding a whole line (an export's line pasted as one argument,
+    with spaces) is split as a shell would, ``export`` and comments dropped, and a line that starts an
+    ``rpc-server`` (it runs on another host) left out."""
+    out: list[str] = []
+    for word in words:
+        if not any(ch.isspace() for ch in word) or not re.match(r"\s*(#|-|export\s|[A-Za-z_]\w*=)", word):
+            out.append(word)
+            continue
+        for line in word.splitlines():
+            parts = [w for w in shlex.split(line, comments=True) if w != "export"]
+            if "rpc-server" not in parts:
+                out += parts
+    return out
 
 
 def plan_export(r: Result) -> list[str] | None:
@@ -89,7 +107,7 @@ def score(
     from solver.score_report import print_score, to_score_json
     from solver.solvers import Limits
 
-    words = list(command)
+    words = command_words(list(command))
     if not words:
         click.echo("score: give the command after --, e.g. solve score RIG -- -ngl 99 -ts 3,1", err=True)
         sys.exit(EXIT_INPUT)

@@ -12,7 +12,7 @@ from solver.scored import Card, Scored
 from solver.units import format_size
 
 
-def _card_json(c: Card) -> dict:
+def _card_json(c: Card, free: int | None) -> dict:
     return {
         "gpu": c.gpu,
         "name": c.name,
@@ -23,6 +23,7 @@ def _card_json(c: Card) -> dict:
         "elsewhere": c.elsewhere,
         "guests": c.guests,
         "need_bytes": c.need_bytes,
+        "free_bytes": free,
         "avail_bytes": c.avail_bytes,
         "fits": c.fits,
         "shortfall_bytes": c.shortfall,
@@ -52,7 +53,7 @@ def score_json(s: Scored, words: list[str]) -> dict:
         "idle": sorted(set(range(p.n_gpus)) - {c.gpu for c in s.cards if c.gpu is not None}),
         "cpu_layers": {"start": s.cpu_layers[0], "end": s.cpu_layers[1], "ms": s.cpu_ms},
         "extra_ms": s.extra_ms,
-        "cards": [_card_json(c) for c in s.cards],
+        "cards": [_card_json(c, None if c.gpu is None else int(p.free[c.gpu])) for c in s.cards],
         "out_of_memory": [{"gpu": c.gpu, "name": c.name, "shortfall_bytes": c.shortfall} for c in s.short],
         "notes": s.notes,
     }

@@ -16,7 +16,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from engine_mapping import llama_overrides, llama_slot_devices, llama_tensor_buft
+from engine_mapping import (
+    llama_cpu_moe_rules,
+    llama_model_devices,
+    llama_overrides,
+    llama_slot_devices,
+    llama_split_none,
+    llama_tensor_buft,
+)
 from enginefactory import random_engine_problem
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -70,6 +77,17 @@ def test_the_plans_export_scores_as_the_plan(rig: str) -> None:
     assert s.placement.gpus == d["gpus"] and s.placement.cuts == d["cuts"]
     assert [st.held_pairs for st in s.placement.stages] == [st["held_pairs"] for st in d["stages"]]
     assert s.fits
+
+
+@pytest.mark.parametrize("rig", ["rigs/llama-mix.yaml", "rigs/two-hosts.yaml"])
+def test_export_lines_pasted_as_arguments_score_as_the_plan(rig: str) -> None:
+    """The export's lines, each one argument as printed (rpc-server lines and comments included)."""
+    d = plan_json(rig, "--export", "llama.cpp")
+    result = CliRunner().invoke(cli, ["score", str(ROOT / rig), "--json", "--", *d["export"]["lines"]])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert math.isclose(out["score"]["window_ms"], d["window_ms"], rel_tol=1e-9)
+    assert out["score"]["gpus"] == d["gpus"] and out["score"]["fits"]
 
 
 def test_n_cpu_moe_scores_as_the_default_split() -> None:
@@ -166,9 +184,7 @@ def commands(draw, k: int, n_blocks: int) -> tuple[list[str], dict]:
         if draw(st.integers(0, 4)) == 0:
             ncmoe = draw(st.integers(0, n_blocks))
             words += ["--n-cpu-moe", str(ncmoe)]
-            spec["rules"] += [
-                (f"blk\\.{i}\\.ffn_(up|down|gate|gate_up)_(ch|)exps", "CPU") for i in range(ncmoe)
-            ]
+            spec["rules"] += llama_cpu_moe_rules(ncmoe)
             continue
         rules = []
         for _ in range(draw(st.integers(1, 2))):
@@ -190,9 +206,11 @@ def reference(p: Problem, spec: dict) -> tuple[float, dict[int, int]]:
     k, n = p.n_gpus, p.n_layers
     n_blocks = n + p.nextn_layers
     cuda = list(range(k)) if spec["visible"] is None else list(spec["visible"])
-    model = cuda if spec["devices"] is None else [cuda[i] for i in spec["devices"]]
+    device_arg = None if spec["devices"] is None else ",".join(f"CUDA{i}" for i in spec["devices"])
+    names = llama_model_devices([], device_arg, len(cuda))
     if "main" in spec:
-        model = [model[spec["main"]]]
+        names = llama_split_none(names, spec["main"])
+    model = [cuda[int(name[4:])] for name in names]
     ts = spec["ts"]
     if ts is None or not any(ts[: len(model)]):
         split = [np.float32(p.free[g]) for g in model]
@@ -436,7 +454,38 @@ def test_a_command_the_rig_cannot_run_is_one_line_exit_2(words: list[str]) -> No
     assert "Traceback" not in result.output
 
 
+@pytest.mark.parametrize(
+    ("rig", "words", "engine"),
+    [
+        ("rigs/vllm-mix.yaml", ["-ngl", "99", "-ts", "3,1"], "llama.cpp"),
+        ("rigs/llama-mix.yaml", ["VLLM_PP_LAYER_PARTITION=30,30,34", "-pp", "3"], "vllm"),
+        ("rigs/llama-mix.yaml", ["--pp-size", "3"], "sglang"),
+        ("rigs/box.yaml", ["-ngl", "99"], "llama.cpp"),
+    ],
+)
+def test_another_engines_command_says_which_engine(rig: str, words: list[str], engine: str) -> None:
+    result = CliRunner().invoke(cli, ["score", str(ROOT / rig), "--", *words])
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1, result.output
+    assert f"--engine {engine}" in result.stderr
+
+
+def test_without_placement_flags_the_score_says_fit_is_not_modelled() -> None:
+    p = load_problem(ROOT / "rigs/llama-mix.yaml")
+    assert any("--fit" in n for n in score_words(p, ["-c", "8192"]).notes)
+    assert not any("--fit" in n for n in score_words(p, ["-c", "8192", "-fit", "off"]).notes)
+    assert not any("--fit" in n for n in score_words(p, ["-ngl", "99"]).notes)
+
+
 # What a placement costs
+
+
+def test_no_device_runs_everything_on_the_cpu() -> None:
+    p = load_problem(ROOT / "rigs/llama-mix.yaml")
+    s = score_words(p, ["-dev", "none"])
+    assert s.placement.stages == [] and s.cpu_layers == (0, p.n_layers)
+    expected = 1000.0 * float(p.dense_bytes.sum()) / p.host_bandwidth + float(p.unit_ms.sum())
+    assert math.isclose(s.window_ms, expected, rel_tol=1e-12)
+    assert score_words(p, ["-ngl", "0"]).window_ms == s.window_ms
 
 
 def test_minus_ot_to_another_gpu_is_held_there_and_costs_two_switches() -> None:

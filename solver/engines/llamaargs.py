@@ -216,7 +216,7 @@ class _Reader:
 
 
 # llama-server / llama-cli: flag spellings -> what they set.
-_SERVER_FLAGS: dict[str, str] = {
+LLAMA_FLAGS: dict[str, str] = {
     "-ngl": "ngl",
     "--gpu-layers": "ngl",
     "--n-gpu-layers": "ngl",
@@ -241,6 +241,19 @@ _SERVER_FLAGS: dict[str, str] = {
     "-ctv": "ctv",
     "--cache-type-v": "ctv",
     "--rpc": "rpc",
+}
+#: The flags that place layers and tensors: llama.cpp's own, in no other engine's command.
+LLAMA_PLACEMENT = frozenset(
+    f for f, what in LLAMA_FLAGS.items() if what in ("ngl", "ts", "ot", "ncmoe", "cmoe", "sm")
+)
+# Words that set another engine's layer split: a command for that engine, not llama.cpp.
+OTHER_ENGINES: dict[str, str] = {
+    "VLLM_PP_LAYER_PARTITION": "vllm",
+    "-pp": "vllm",
+    "--pipeline-parallel-size": "vllm",
+    "SGLANG_PP_LAYER_PARTITION": "sglang",
+    "--pp-size": "sglang",
+    "--layer-split": "strata",
 }
 # llama-bench: its own spellings.
 _BENCH_FLAGS: dict[str, str] = {
@@ -419,6 +432,10 @@ def parse_llama_args(words: list[str]) -> LlamaArgs:
         else:
             r.ignored.append(f"{name}={value}")
     (_read_bench if bench else _read_server)(r, words)
+    for word in r.ignored:
+        engine = OTHER_ENGINES.get(word.split("=")[0].split(" ")[0])
+        if engine:
+            raise ArgsError(f"{word.split(' ')[0]} is {engine}'s; score that command with --engine {engine}")
     rules = list(r.rules)
     if bench and r.fields.get("n_cpu_moe"):
         rules += moe_rules(r.fields["n_cpu_moe"])
@@ -446,13 +463,13 @@ def _split_equals(word: str, known: dict[str, str]) -> tuple[str, str | None]:
 def _read_server(r: _Reader, words: list[str]) -> None:
     i = 0
     while i < len(words):
-        word, inline = _split_equals(words[i], _SERVER_FLAGS)
+        word, inline = _split_equals(words[i], LLAMA_FLAGS)
         flag = word.replace("_", "-") if word.startswith("--") else word
         i += 1
         if inline is not None:
             r.notes.append(f"{words[i - 1]}: llama.cpp itself wants '{flag} {inline}'; read so")
-        if flag in _SERVER_FLAGS:
-            if _SERVER_FLAGS[flag] == "cmoe":
+        if flag in LLAMA_FLAGS:
+            if LLAMA_FLAGS[flag] == "cmoe":
                 _server_flag(r, flag, None, flag)
                 continue
             if inline is None:
@@ -487,7 +504,7 @@ def _is_flag(word: str) -> bool:
 
 def _server_flag(r: _Reader, flag: str, value: str | None, shown: str) -> None:
     """One llama-server flag (or LLAMA_ARG_* variable) applied as common/arg.cpp's handler does."""
-    what = _SERVER_FLAGS[flag]
+    what = LLAMA_FLAGS[flag]
     f = r.fields
     if what == "ngl":
         f["n_gpu_layers"] = -1 if value == "auto" else -2 if value == "all" else stoi(flag, value)

@@ -277,6 +277,15 @@ def score(p: Problem, args: LlamaArgs) -> Scored:
         held_mass += float(c.cpu[from_cpu.any(axis=1)].sum()) / max(float(c.cpu.sum()), 1e-300)
     cards.insert(0, _cpu_card(q, c, placed, cpu_end, output))
     notes = [*args.notes, *notes, *rule_notes]
+    placed_by_user = args.n_gpu_layers is not None or args.tensor_split or args.overrides
+    fit_off = any(
+        w.split(" ")[0] in ("-fit", "--fit") and w.split(" ")[-1] in ("off", "0") for w in args.ignored
+    )
+    if not (placed_by_user or fit_off or args.bench):
+        notes.append(
+            "recent llama.cpp builds fit memory by themselves (--fit, on by default) when no -ngl, -ts, -ot "
+            "or -ncmoe is given; this is the placement without it"
+        )
     if args.ignored:
         notes.append(f"not modelled: {' '.join(args.ignored)}")
     return Scored(q, Placement(stages, window, held_mass), cards, (0, cpu_end), cpu_ms, extra_ms, notes)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from solver.engines.llamaargs import stoi, visible_devices
+from solver.engines.llamaargs import LLAMA_PLACEMENT, stoi, visible_devices
 from solver.errors import ArgsError
 from solver.plan import evaluate
 from solver.problem import Problem, at_context
@@ -97,6 +97,8 @@ def parse_stage_args(engine: str, words: list[str]) -> StageArgs:
         flag, eq, inline = words[i].partition("=") if words[i].startswith("--") else (words[i], "", "")
         i += 1
         what = grammar.flags.get(flag)
+        if what is None and flag in LLAMA_PLACEMENT:
+            raise ArgsError(f"{flag} is llama.cpp's; score that command with --engine llama.cpp")
         if what is None:
             takes = flag.startswith("-") and not eq and i < len(words) and not words[i].startswith("-")
             ignored.append(f"{words[i - 1]} {words[i]}" if takes else words[i - 1])
@@ -148,7 +150,9 @@ def stage_sizes(p: Problem, args: StageArgs, default: list[int] | None) -> list[
     stages = args.stages or 1
     if args.sizes is None:
         if default is None:
-            raise ArgsError("the command gives no layer split (--layer-split CUTS)")
+            raise ArgsError(
+                "the command gives no --layer-split CUTS (another engine's command: give --engine)"
+            )
         if min(default) < 1:
             raise ArgsError(f"a pipeline of {stages} stages has more stages than the model's {n} layers")
         return default
