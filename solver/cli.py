@@ -223,7 +223,9 @@ def plan_cmd(
     workers: int,
 ) -> None:
     """Plan RIG: choose the cuts (and GPU order) that minimise the decode window."""
-    started = time.perf_counter()  # --time-limit counts from here: reading the files counts too
+    started = (
+        interrupt.take_start() or time.perf_counter()
+    )  # --time-limit counts the imports and the files too
     from solver.planner import plan_rig
     from solver.report import print_report, to_json
 

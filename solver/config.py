@@ -113,7 +113,7 @@ class GpuConfig(_Strict):
     max_layers: Count | None = None
     host: Name = "local"
     mem_bandwidth: Rate | None = None
-    buffer: Size = 0
+    buffer: Size | None = None
 
 
 class RigConfig(_Strict):
@@ -138,6 +138,7 @@ class RigConfig(_Strict):
     layer_overhead_ms: NonNegMs | None = None
     switch_ms: NonNegMs | None = None
     depth: Annotated[int, Field(ge=0, le=COUNT_MAX)] = 0
+    gpu_memory_utilization: Share | None = None
     gpus: Annotated[list[GpuConfig], Field(min_length=1)]
 
 
@@ -161,6 +162,8 @@ class ModelConfig(_Strict):
     expert_tensors: dict[str, PerLayerSize] | None = None
     max_context: Count | None = None
     nextn_layers: Whole = 0
+    vocab_size: Count | None = None
+    embedding_bytes: Size = 0
     other_weight_bytes: Size = 0
 
 

@@ -61,8 +61,8 @@ class Problem:
                        last device with the output
     unit_slot (U,)     llama.cpp's unit's position among its layer's tensors (the model's order)
     pair_layer (N,)    layer of rank r; pair_bytes (N,) its cached size; mass (N,) its routed mass
-    free, reserve (k,) bytes (reserve: the GPU's reserve plus its buffer allowance); layer_ms (k,) ms
-                       per layer; min_layers, max_layers (k,)
+    free, reserve (k,) bytes (reserve: the rig's plus the engine's own buffers on the card)
+    layer_ms (k,) ms per layer; min_layers, max_layers (k,)
     """
 
     rig: str
@@ -249,6 +249,9 @@ def resolve(
         )
     extra = engine_named(rig.engine).problem_fields(rig, model, experts)
     gpus = rig.gpus
+    buffer = [
+        g.buffer if g.buffer is not None else b for g, b in zip(gpus, extra.pop("buffers", [0] * len(gpus)))
+    ]
     layer_ms = extra.pop("layer_ms", None) or [
         g.layer_ms if g.layer_ms is not None else estimate_layer_ms(g.sms, g.clock_ghz) for g in gpus
     ]
@@ -261,14 +264,14 @@ def resolve(
         pair_bytes=pair_bytes.astype(np.int64),
         mass=pair_mass(model.curve, len(profile), profile.count) if profile is not None else np.zeros(0),
         free=np.array([g.free for g in gpus], dtype=np.int64),
-        reserve=np.array([g.reserve + g.buffer for g in gpus], dtype=np.int64),
+        reserve=np.array([g.reserve for g in gpus], dtype=np.int64) + np.array(buffer, dtype=np.int64),
         layer_ms=np.array(layer_ms, dtype=np.float64),
         min_layers=np.array([g.min_layers for g in gpus], dtype=np.int64),
         max_layers=np.array([min(g.max_layers or n, n) for g in gpus], dtype=np.int64),
         gpu_names=[g.name if g.name is not None else f"GPU {i}" for i, g in enumerate(gpus)],
         stage_bytes=model.stage_bytes,
-        first_stage_bytes=model.first_stage_bytes,
-        last_stage_bytes=model.last_stage_bytes,
+        first_stage_bytes=extra.pop("first_stage_bytes", model.first_stage_bytes),
+        last_stage_bytes=model.last_stage_bytes + extra.pop("last_stage_extra", 0),
         first_stage_min_layers=rig.first_stage_min_layers,
         miss_ms=rig.miss_ms,
         handoff_ms=rig.handoff_ms,

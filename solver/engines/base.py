@@ -91,6 +91,15 @@ class Table(Protocol):
 
 
 @dataclass(frozen=True)
+class Orders:
+    """The GPU orders (a GPU per stage) an engine can run, and why there are none when the list is
+    empty."""
+
+    gpus: list[tuple[int, ...]]
+    reason: str = ""
+
+
+@dataclass(frozen=True)
 class Required:
     """A key the engine needs: in which file (``rig`` or ``model``), its name, what it means, and
     (``when``) for which rigs, if not for all."""
@@ -163,6 +172,11 @@ class Engine:
     def totals(self, p: Problem, fills: list[StageFill], compute_ms: float) -> tuple[float, float]:
         """A placement's (window ms, held mass) from its stages' fills and its compute and hand-offs."""
         return compute_ms + sum(f.miss_ms for f in fills), float(np.sum([f.held_mass for f in fills]))
+
+    def orders(self, p: Problem) -> Orders | None:
+        """The GPU orders the engine can run this rig in, where it restricts them; None: any order
+        the rig's ``order`` allows."""
+        return None
 
     def default_split(self, p: Problem) -> Baseline | None:
         """What the engine does unasked, evaluated like a plan; None where that is the proportional one."""

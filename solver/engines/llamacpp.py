@@ -17,7 +17,7 @@ import numpy as np
 
 from solver.engines.bandwidth import BytesSpeed, dense_ms, per_byte_ms, speed_of
 from solver.engines.base import PlanCell, Required, StageCell, StageFill, Weights
-from solver.engines.fill import Fills, Units, best_set, dense_table, pack
+from solver.engines.fill import Fills, Units, best_set, dense_table, pack, uniform_table
 from solver.export import device_order, llama_flags, stage_sizes
 from solver.export_hosts import llama_rpc_lines
 from solver.rangewalk import need_table, room_of
@@ -30,9 +30,15 @@ if TYPE_CHECKING:
     from solver.engines.llamaargs import LlamaArgs
     from solver.export import Offload
     from solver.export_hosts import Hosts
+    from solver.plan import Placement
     from solver.problem import Problem
     from solver.scored import Scored
 
+#: llama.cpp's compute buffer on each GPU besides the output logits (graph intermediates at the default
+#: n_ubatch 512 with flash attention; docs/engines.md, "Memory the engine takes").
+COMPUTE_BUFFER = 256 * 2**20
+#: Tokens of the default micro-batch (``-ub``): the output device holds their float32 logits.
+N_UBATCH = 512
 #: Integer units per ms the fill decides in (1e-9 ms); lowered for a model whose sums would overflow.
 DECISION_SCALE = 10**9
 
@@ -43,7 +49,9 @@ class Costs:
 
     Units in (layer, slot) order. cpu (U,): ms on the CPU; held (U, k): ms its active share adds to
     its layer's GPU read on each GPU; dense (L, k): ms of each layer's other reads (or ``layer_ms``);
-    switch: ms of one layer with a unit on the CPU (to the CPU and back).
+    switch (k,): ms of one layer with a unit on the CPU, on each GPU: to the CPU and back, and on a
+    GPU of another host than the first (an rpc-server's), the network hop there and back too, since
+    ``-ot ...=CPU`` keeps those experts on the main host's CPU.
     """
 
     order: np.ndarray
@@ -53,7 +61,7 @@ class Costs:
     cpu: np.ndarray
     held: np.ndarray
     dense: np.ndarray
-    switch: float
+    switch: np.ndarray
     n_moe: np.ndarray
 
     @classmethod
@@ -67,14 +75,15 @@ class Costs:
         held = (share * size)[:, None] * per_byte[None, :]
         has = np.zeros(p.n_layers + 1, dtype=np.int64)
         has[np.unique(layer) + 1] = 1
-        switch = 2.0 * speed_of(p).switch_ms
+        remote = (p.hosts != 0) if len(p.host_names) > 1 else np.zeros(p.n_gpus, dtype=bool)
+        switch = 2.0 * speed_of(p).switch_ms + np.where(remote, 2.0 * p.network_ms, 0.0)
         return cls(order, layer, slot, size, p.unit_ms[order], held, dense, switch, np.cumsum(has))
 
     def units(self, g: int, scale: int) -> Units:
         """GPU g's units for the fill, valued in integers of ``scale`` per ms."""
         n = len(self.dense)
         value = np.rint(self.cpu * scale).astype(np.int64) - np.rint(self.held[:, g] * scale).astype(np.int64)
-        key, sigma = pack(value, round(self.switch * scale), n)
+        key, sigma = pack(value, round(float(self.switch[g]) * scale), n)
         return Units(self.layer, self.slot, self.size, key, sigma, n)
 
 
@@ -82,7 +91,7 @@ def decision_scale(c: Costs) -> int:
     """The largest power of ten up to DECISION_SCALE whose packed fill keys cannot overflow int64."""
     scale = DECISION_SCALE
     total_ms = float(np.abs(c.cpu).sum()) + float(np.abs(c.held).sum(axis=0).max(initial=0.0))
-    worst = (total_ms + c.switch * len(c.dense) + 1.0) * (len(c.dense) + 1)
+    worst = (total_ms + float(c.switch.max(initial=0.0)) * len(c.dense) + 1.0) * (len(c.dense) + 1)
     while scale > 1 and worst * scale >= 2**61:
         scale //= 10
     return scale
@@ -111,7 +120,7 @@ class LlamaTable:
         room = room_of(p, need)
         c = Costs.of(p)
         k, n = p.n_gpus, p.n_layers
-        cpu12, sw12 = _units_ms(c.cpu), round(c.switch * FINE_TIME_SCALE)
+        cpu12 = _units_ms(c.cpu)
         mass = np.rint(c.cpu / max(float(c.cpu.sum()), 1e-300) * MASS_SCALE).astype(np.int64)
         cpu_prefix = np.zeros(n + 1, dtype=np.int64)
         np.add.at(cpu_prefix, c.layer + 1, cpu12)
@@ -131,13 +140,15 @@ class LlamaTable:
         for gs in _classes(c, scale):
             units = c.units(gs[0], scale)
             h12 = _units_ms(c.held[:, gs[0]])
-            fills = dense_table(units, [h12, cpu12, mass], room[gs])
+            carried = [h12, cpu12, mass]
+            fills = uniform_table(units, carried, room[gs]) or dense_table(units, carried, room[gs])
             if fills is None:
-                fills = _by_range(units, [h12, cpu12, mass], room[gs])
+                fills = _by_range(units, carried, room[gs])
             full = np.mod(fills.key, n + 1)
             h_sum, c_sum, m_sum = fills.sums
             d = dense12[:, gs].T  # (G, L+1)
             gpu[gs] = d[:, None, :] - d[:, :, None] + h_sum
+            sw12 = round(float(c.switch[gs[0]]) * FINE_TIME_SCALE)
             missed[gs] = (cpu_prefix[b] - cpu_prefix[a])[None] - c_sum + sw12 * (layers_moe[None] - full)
             held_bytes[gs] = fills.size
             held_mass[gs] = m_sum
@@ -167,10 +178,11 @@ def _rescale(fine: np.ndarray, scale: int) -> np.ndarray:
 
 
 def _classes(c: Costs, scale: int) -> list[list[int]]:
-    """GPUs whose units are valued alike (the fill depends on the GPU only through them), in groups."""
-    groups: dict[bytes, list[int]] = {}
+    """GPUs whose units and switches are valued alike (the fill depends on the GPU only through them)."""
+    groups: dict[tuple, list[int]] = {}
     for g in range(c.held.shape[1]):
-        groups.setdefault(np.rint(c.held[:, g] * scale).astype(np.int64).tobytes(), []).append(g)
+        key = (np.rint(c.held[:, g] * scale).astype(np.int64).tobytes(), float(c.switch[g]))
+        groups.setdefault(key, []).append(g)
     return list(groups.values())
 
 
@@ -218,7 +230,7 @@ def fill_of(p: Problem, c: Costs, g: int, a: int, b: int, held: np.ndarray, fits
     mine = (c.layer >= a) & (c.layer < b)
     on_gpu, on_cpu = mine & held, mine & ~held
     cpu_layers = np.unique(c.layer[on_cpu])
-    switch = c.switch * len(cpu_layers)
+    switch = float(c.switch[g]) * len(cpu_layers)
     held_bytes = int(c.size[on_gpu].sum())
     total = float(c.cpu.sum())
     names = [p.unit_names[int(i)] for i in c.order]
@@ -349,7 +361,14 @@ class LlamaCpp(BytesSpeed):
 
     def problem_fields(self, rig: RigConfig, model: ModelConfig, experts: np.ndarray) -> dict:
         units = llama_units(model, rig.host_bandwidth, experts)
-        return self.speed_fields(rig, model, experts) | units | {"host_bandwidth": rig.host_bandwidth}
+        memory = {
+            "buffers": [COMPUTE_BUFFER] * len(rig.gpus),
+            "last_stage_extra": 4 * N_UBATCH * (model.vocab_size or 0),  # float32 logits of a micro-batch
+            "first_stage_bytes": model.first_stage_bytes - model.embedding_bytes,  # embeddings stay in RAM
+        }
+        return (
+            self.speed_fields(rig, model, experts) | units | memory | {"host_bandwidth": rig.host_bandwidth}
+        )
 
     def table(self, p: Problem) -> LlamaTable:
         return LlamaTable.build(p)
@@ -359,7 +378,7 @@ class LlamaCpp(BytesSpeed):
 
     def miss_total_ms(self, p: Problem) -> float:
         c = Costs.of(p)
-        return float(c.cpu.sum()) + c.switch * int(c.n_moe[-1])
+        return float(c.cpu.sum()) + float(c.switch.max(initial=0.0)) * int(c.n_moe[-1])
 
     def default_split(self, p: Problem) -> Baseline:
         """Layers split by free memory (no ``--tensor-split``), with the smallest ``--n-cpu-moe`` that
@@ -373,11 +392,19 @@ class LlamaCpp(BytesSpeed):
             return Baseline(
                 cuts, False, None, "free-memory", reason="the free-memory split leaves a GPU without layers"
             )
-        for n_cpu in range(p.n_layers + 1):
-            plan = evaluate(p, gpus, cuts, partial(cpu_moe_fill, n_cpu_moe=n_cpu))
-            if feasible(p, plan):
-                return Baseline(cuts, True, plan, "free-memory", f"split by free memory, --n-cpu-moe {n_cpu}")
-        plan = evaluate(p, gpus, cuts, partial(cpu_moe_fill, n_cpu_moe=p.n_layers))
+
+        def placed(n_cpu: int) -> Placement:
+            return evaluate(p, gpus, cuts, partial(cpu_moe_fill, n_cpu_moe=n_cpu))
+
+        # the GPUs fit from some N on (each more layer's experts on the CPU frees VRAM): bisect for it;
+        # host memory only gets tighter with N, so if that N breaks it, every larger one does too
+        lo, hi = 0, p.n_layers
+        while lo < hi:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if all(s.fits for s in placed(mid).stages) else (mid + 1, hi)
+        plan = placed(lo)
+        if feasible(p, plan):
+            return Baseline(cuts, True, plan, "free-memory", f"split by free memory, --n-cpu-moe {lo}")
         return Baseline(cuts, False, plan, "free-memory", "does not fit even with every expert on the CPU")
 
     def stage_json(self, stage) -> dict:

@@ -8,12 +8,14 @@ every stage's KV cache to the smallest, so a plan's spare KV is the minimum over
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import groupby, permutations, product
 from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
+from solver.cards import DRIVER_MIB
 from solver.engines.bandwidth import BytesSpeed, all_held_ms
-from solver.engines.base import PlanCell, StageCell, StageFill, Weights, tokens
+from solver.engines.base import Orders, PlanCell, StageCell, StageFill, Weights, tokens
 from solver.export import device_order, env_line, stage_sizes
 from solver.export_hosts import sglang_node_lines, vllm_ray_lines
 from solver.rangewalk import expert_prefix, need_table, room_of
@@ -89,6 +91,25 @@ def stage_fill(p: Problem, g: int, a: int, b: int) -> StageFill:
     )
 
 
+#: Share of each card's total memory the engine may use (vLLM's ``gpu_memory_utilization`` default;
+#: SGLang's ``mem_fraction_static`` is of the same size): the rest stays free.
+GPU_MEMORY_UTILIZATION = 0.9
+#: Activation memory of the engine's profiling run, kept from the KV cache (docs/engines.md).
+ACTIVATIONS = 2**30
+#: Allowed GPU orders planned one by one at most; beyond, hosts of equal GPU count keep the rig's order.
+MAX_ORDERS = 5040
+
+
+def _host_runs(p: Problem) -> list[list[int]] | None:
+    """Each host's GPUs in rig order, hosts in order of first appearance; None when the rig is on one
+    host or may leave GPUs out (then every plan's hosts are checked by its export)."""
+    hosts = p.hosts
+    if len(set(hosts.tolist())) < 2 or p.idle_gpus:
+        return None
+    firsts = list(dict.fromkeys(int(h) for h in hosts))
+    return [[g for g in range(p.n_gpus) if hosts[g] == h] for h in firsts]
+
+
 class Resident(BytesSpeed):
     """Every weight resident on its stage's GPU; the KV cache takes what is left."""
 
@@ -105,7 +126,12 @@ class Resident(BytesSpeed):
     ]
 
     def problem_fields(self, rig: RigConfig, model: ModelConfig, experts: np.ndarray) -> dict:
-        return self.speed_fields(rig, model, experts)
+        """The speed model's fields, and each card's memory the engine keeps from its KV cache: what
+        ``gpu_memory_utilization`` leaves of the card's total, and the activations of its profiling run."""
+        util = GPU_MEMORY_UTILIZATION if rig.gpu_memory_utilization is None else rig.gpu_memory_utilization
+        total = [g.free + DRIVER_MIB * 2**20 for g in rig.gpus]
+        buffers = [int((1 - util) * t) + ACTIVATIONS for t in total]
+        return self.speed_fields(rig, model, experts) | {"buffers": buffers}
 
     def table(self, p: Problem) -> ResidentTable:
         return ResidentTable.build(p)
@@ -184,6 +210,32 @@ class Vllm(Resident):
     name = "vllm"
     partition_env = "VLLM_PP_LAYER_PARTITION"
 
+    def orders(self, p: Problem) -> Orders | None:
+        """Over several hosts, Ray runs each node's GPUs in ascending order and the nodes after the
+        driver's (the first) in ascending order of their stage count; nodes of equal count may come in
+        either order (the export says which address must sort first)."""
+        runs = _host_runs(p)
+        if runs is None:
+            return None
+        if p.order == "as-given":
+            counts = [len(gpus) for gpus in runs[1:]]
+            if counts != sorted(counts):
+                return Orders(
+                    [],
+                    "vLLM over Ray runs the hosts after the first in ascending order of their "
+                    "GPU count; list them so, or use order: auto",
+                )
+            return Orders([tuple(g for gpus in runs for g in gpus)])
+        out: list[tuple[int, ...]] = []
+        for i, first in enumerate(runs):
+            rest = sorted(runs[:i] + runs[i + 1 :], key=len)
+            groups = [list(group) for _, group in groupby(rest, key=len)]
+            for choice in product(*(permutations(group) for group in groups)):
+                out.append(tuple(g for gpus in [first, *(r for grp in choice for r in grp)] for g in gpus))
+                if len(out) >= MAX_ORDERS:
+                    return Orders(out)
+        return Orders(out)
+
     def partition(self, n_layers: int, k: int) -> list[int]:
         counts = [n_layers // k] * k
         for i in range(2, n_layers % k + 2):
@@ -202,6 +254,17 @@ class Sglang(Resident):
 
     name = "sglang"
     partition_env = "SGLANG_PP_LAYER_PARTITION"
+
+    def orders(self, p: Problem) -> Orders | None:
+        """Over several hosts SGLang runs equally many pipeline stages on every node; any order of
+        the hosts and of each host's GPUs runs."""
+        runs = _host_runs(p)
+        if runs is None or len({len(gpus) for gpus in runs}) == 1:
+            return None
+        each = ", ".join(f"{p.host_names[int(p.hosts[gpus[0]])]}: {len(gpus)}" for gpus in runs)
+        return Orders(
+            [], f"SGLang runs equally many pipeline stages on every node; the hosts have {each} GPUs"
+        )
 
     def partition(self, n_layers: int, k: int) -> list[int]:
         counts = [n_layers // k] * k

@@ -22,6 +22,8 @@ class ImportedModel:
     sources              model-file key -> where its number came from, written as comments
     max_context          the longest context the model was trained for (written when known)
     nextn_layers         next-token-prediction blocks the GGUF file has after the L layers
+    vocab_size           tokens of the vocabulary (the output logits' width), when known
+    embedding_bytes      the token embeddings' part of ``first_stage_bytes`` (llama.cpp keeps them in RAM)
     other_weight_bytes   weights of the file no stage holds (host-memory embeddings, MTP layers)
     """
 
@@ -43,6 +45,8 @@ class ImportedModel:
     sources: dict[str, str] = field(default_factory=dict)
     max_context: int | None = None
     nextn_layers: int = 0
+    vocab_size: int | None = None
+    embedding_bytes: int = 0
     other_weight_bytes: int = 0
 
 
@@ -156,6 +160,12 @@ def model_yaml(m: ImportedModel, profile: str | None = None) -> str:
                 body.append(_line(key, table[kinds[0]], f"every layer ({kinds[0]})"))
     if m.first_stage_bytes:
         body.append(_line("first_stage_bytes", m.first_stage_bytes, _mib(m.first_stage_bytes)))
+    if m.embedding_bytes:
+        body.append(
+            _line("embedding_bytes", m.embedding_bytes, "of them token embeddings (llama.cpp: host RAM)")
+        )
+    if m.vocab_size:
+        body.append(_line("vocab_size", m.vocab_size, "tokens (the output logits' width)"))
     if m.last_stage_bytes:
         body.append(_line("last_stage_bytes", m.last_stage_bytes, _mib(m.last_stage_bytes)))
     if m.max_context:
