@@ -20,6 +20,7 @@ from pathlib import Path
 
 import click
 
+from solver import interrupt
 from solver.engines import ENGINES, engine_of, export_lines
 from solver.errors import ArgsError, InputError
 from solver.export import Offload
@@ -99,7 +100,7 @@ def score(
     SGLang the partition variable and pipeline size. Prints per card what it holds and whether it fits,
     the predicted tokens/s, and the plan's.
     """
-    started = time.perf_counter()
+    started = interrupt.take_start() or time.perf_counter()  # --time-limit counts the imports too
     from solver.cli import default_workers
     from solver.console import console as make_console
     from solver.planner import plan_rig

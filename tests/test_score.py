@@ -33,6 +33,7 @@ from solver.engines import engine_of, export_lines
 from solver.engines.llamaargs import FFN_EXPS_REGEX, LlamaArgs, moe_rules, parse_llama_args
 from solver.errors import ArgsError
 from solver.export import Offload
+from solver.export_hosts import Hosts
 from solver.plan import evaluate
 from solver.planner import plan_rig
 from solver.problem import Overrides, Problem, load_problem
@@ -124,6 +125,34 @@ def test_any_exported_placement_scores_as_evaluated(seed: int, extra: int, data:
     assert [x.offload for x in s.placement.stages] == [x.offload for x in plan.stages]
 
 
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10**6), data=st.data())
+def test_placements_over_two_hosts_score_as_evaluated(seed: int, data: st.DataObject) -> None:
+    """Two machines (rpc-server for the second): each host's stages one run, the remote GPUs in rig
+    order (an --rpc endpoint is the next GPU of its host); remote layers pay the network for the CPU."""
+    k = data.draw(st.integers(2, 4))
+    m = data.draw(st.integers(1, k - 1))
+    n = data.draw(st.integers(k, 10))
+    hosts = np.array([0] * m + [1] * (k - m), dtype=np.int64)
+    p = dataclasses.replace(
+        _llama_problem(seed, n_layers=n, n_gpus=k),
+        gpu_host=hosts,
+        host_names=["a", "b"],
+        network_handoff_ms=0.5,
+    )
+    local = list(data.draw(st.permutations(range(m))))
+    gpus = local + list(range(m, k)) if data.draw(st.booleans()) else list(range(m, k)) + local
+    cuts = sorted(data.draw(st.sets(st.integers(1, n - 1), min_size=k - 1, max_size=k - 1)))
+    plan = evaluate(p, gpus, cuts)
+    offload = [Offload(layer, name) for s in plan.stages for layer, names in s.offload for name in names]
+    lines = export_lines("llama.cpp", gpus, cuts, n, offload, hosts=Hosts(("a",) * m + ("b",) * (k - m), "a"))
+    s = score_words(p, export_words(lines))
+    assert s.window_ms == plan.window_ms, lines
+    assert [(x.gpu, x.start, x.end) for x in s.placement.stages] == [
+        (x.gpu, x.start, x.end) for x in plan.stages
+    ]
+
+
 @pytest.mark.parametrize("seed", range(12))
 def test_random_rigs_plan_export_and_default_score_as_planned(seed: int) -> None:
     """Random llama.cpp rigs planned end to end: the export scores as the plan, -ncmoe N as the default."""
@@ -136,8 +165,8 @@ def test_random_rigs_plan_export_and_default_score_as_planned(seed: int) -> None
         lines = export_lines("llama.cpp", r.plan.gpus, r.plan.cuts, p.n_layers, offload)
         assert score_words(p, export_words(lines)).window_ms == r.plan.window_ms
     default = r.default
-    if default is not None and default.plan is not None:
-        n = int(default.note.rsplit(" ", 1)[1]) if default.feasible else p.n_layers  # all on the CPU
+    if default is not None and default.feasible:
+        n = int(default.note.rsplit(" ", 1)[1])
         assert score_words(p, ["-ncmoe", str(n)]).window_ms == default.plan.window_ms
 
 

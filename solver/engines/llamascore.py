@@ -12,9 +12,11 @@ among them.
 
 Time (as the plan's, solver.engines.llamacpp): each GPU stage's layers cost ``gpu_ms`` with the
 active share of every expert tensor it holds, its own or another layer's; a tensor on the CPU costs
-``cpu_ms``, and its layer ``2 * switch_ms``; a tensor held on another GPU than its layer's costs
-``2 * switch_ms``; a layer on the CPU costs its dense bytes and its experts' active share at
-``host_bandwidth``; stage boundaries, and a card holding only the output, cost a hand-off.
+``cpu_ms``, and its layer ``2 * switch_ms`` (a remote GPU's layer the network hop to the main host and
+back as well); a tensor held on another GPU than its layer's costs ``2 * switch_ms`` (and the network
+hop both ways when the two are on different hosts); a layer on the CPU costs its dense bytes and its
+experts' active share at ``host_bandwidth``; stage boundaries, and a card holding only the output,
+cost a hand-off.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from fractions import Fraction
 
 import numpy as np
 
-from solver.engines.bandwidth import with_constants
+from solver.engines import engine_of
+from solver.engines.bandwidth import speed_of, with_constants
 from solver.engines.base import StageFill
 from solver.engines.llamaargs import KV_TYPE_BYTES, LlamaArgs, moe_rules
 from solver.engines.llamacpp import Costs, base_tensor, slot_devices
@@ -265,12 +268,10 @@ def score(p: Problem, args: LlamaArgs) -> Scored:
     cpu_end = next((i for i, d in enumerate(layers) if d != CPU), q.n_layers)
     cpu_ms = _cpu_layers_ms(q, c, placed, cpu_end)
     from_cpu = (placed[:, : q.n_gpus] > 0) & (c.layer < cpu_end)[:, None]
-    extra_ms += c.switch * int(from_cpu.sum())
+    extra_ms += float(from_cpu.sum(axis=0) @ c.switch)
     if runs and output not in (CPU, runs[-1]):
         extra_ms += handoffs_ms(q, [runs[-1], output])
     compute = sum(s.compute_ms for s in stages) + handoffs_ms(q, runs)
-    from solver.engines import engine_of
-
     window, held_mass = engine_of(q).totals(q, fills, compute)
     if cpu_ms or extra_ms:
         window += cpu_ms + extra_ms
@@ -315,6 +316,13 @@ def _room(p: Problem, g: int, a: int, b: int, output: bool) -> int:
     return _avail(p, g) - p.stage_bytes - first - last - int(p.layer_bytes[a:b].sum())
 
 
+def _hops(p: Problem) -> np.ndarray:
+    """ms of a trip from GPU g to GPU h and back, shape (k, k): two switches, and the network both ways
+    between hosts."""
+    far = p.hosts[:, None] != p.hosts[None, :]
+    return 2.0 * speed_of(p).switch_ms + np.where(far, 2.0 * p.network_ms, 0.0)
+
+
 def _held_ms(c: Costs, placed: np.ndarray, g: int) -> np.ndarray:
     """GPU ms each unit's bytes on GPU g add to g's reads (its whole ``held`` where g holds all of it)."""
     return c.held[:, g] * (placed[:, g] / np.maximum(c.size, 1))
@@ -324,15 +332,18 @@ def _fill(
     p: Problem, c: Costs, placed: np.ndarray, cpu_names: list[list[str]], g: int, a: int, b: int, output: int
 ) -> StageFill:
     """Stage [a, b) on GPU g: its reads (its own held tensors and any other layer's it holds), its
-    tensors on the CPU and their layers' switches, and one ``2 * switch_ms`` per tensor held away."""
+    tensors on the CPU and their layers' switches, and a trip there and back per tensor held away."""
     k = p.n_gpus
     mine = (c.layer >= a) & (c.layer < b)
     here = placed[:, g] > 0
     on_cpu = placed[:, k] > 0
     cpu_share = placed[:, k] / np.maximum(c.size, 1)
     held_ms = _held_ms(c, placed, g)
-    away = int(((placed[:, :k] > 0) & mine[:, None]).sum() - (mine & here).sum())
-    switch = c.switch * len(np.unique(c.layer[mine & on_cpu])) + c.switch * away
+    away = (placed[:, :k] > 0) & mine[:, None]
+    away[:, g] = False
+    switch = float(c.switch[g]) * len(np.unique(c.layer[mine & on_cpu])) + float(
+        away.sum(axis=0) @ _hops(p)[g]
+    )
     guests = ~mine & here
     gpu_ms = float(c.dense[a:b, g].sum()) + float(held_ms[mine & here].sum())
     if guests.any():
