@@ -294,6 +294,11 @@ def calibrate(
                 f"{len(scorings)} run{'s' if len(scorings) != 1 else ''} can fit at most {len(scorings)} of "
                 f"the {exercised} constants they exercise; the others keep their values (below)"
             )
+        if "host_bandwidth" in setup.start_keys and "host_bandwidth" not in fitted.identified:
+            notes.append(
+                f"the rig has no host_bandwidth and these runs do not identify it; planning for "
+                f"{engine_of(p).name} needs it (runs with expert tensors on the CPU give it)"
+            )
         after = design.predict(fitted.x)  # the scorer's window at the fitted constants: t is linear in x
         loo = leave_one_out(design, x0) if len(scorings) >= 3 else None
     sources = [shown_path(f) for f in (*benches, *logs)]

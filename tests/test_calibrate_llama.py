@@ -497,3 +497,38 @@ def test_written_keys_are_valid_yaml(tmp_path: Path) -> None:
     runs = write_json(tmp_path, true_rates(rig, design_rows(), TRUTH))
     cli_run(rig, "--llama-bench", runs, "--write", rig)
     assert yaml.safe_load(rig.read_text())["gpu_efficiency"] == 0.7
+
+
+def test_model_option_replaces_the_rigs_model(tmp_path: Path) -> None:
+    """--model names the model the rows are checked and scored against."""
+    rig = make_rig(tmp_path)
+    rows = true_rates(rig, [bench_row(ncmoe=20)], TRUTH)
+    q8 = MEASURED / "models" / "qwen3.6-35b-a3b-q8_0.yaml"
+    result = cli_run(rig, "--model", q8, "--llama-bench", write_json(tmp_path, rows))
+    assert result.exit_code == 2 and "another model or quant" in result.stderr
+
+
+def test_runs_too_noisy_to_identify_anything_write_nothing(tmp_path: Path) -> None:
+    rig = make_rig(tmp_path)
+    before = rig.read_text()
+    rows = true_rates(rig, [bench_row(ncmoe=20), bench_row(ncmoe=30)], TRUTH)
+    for row in rows:
+        row["stddev_ts"] = row["avg_ts"]  # a spread as large as the rate
+    result = cli_run(rig, "--llama-bench", write_json(tmp_path, rows), "--write", rig)
+    assert result.exit_code == 0
+    assert "not written: no constant identified" in result.stderr and "fitted: nothing" in result.stdout
+    assert rig.read_text() == before
+
+
+def test_a_rig_without_host_bandwidth_starts_from_a_default(tmp_path: Path) -> None:
+    rig = tmp_path / "rig.yaml"
+    rig.write_text(RIG.format(model=MODEL, gpus=GPU_5080).replace("host_bandwidth: 38.4 GB/s", ""))
+    host = {"host_bandwidth": TRUTH["host_bandwidth"]}  # the other constants at their defaults
+    runs = write_json(tmp_path, true_rates(rig, [bench_row(ncmoe=20)], host))
+    out = json.loads(cli_run(rig, "--llama-bench", runs, "--write", rig, "--json").stdout)
+    assert out["constants"]["host_bandwidth"]["before"] is None
+    assert load_rig(rig)[0].host_bandwidth == pytest.approx(TRUTH["host_bandwidth"], rel=2e-3)
+    gpu_only = write_json(tmp_path, true_rates(rig, [bench_row(ncmoe=0)], TRUTH), "gpu.json")
+    rig.write_text(RIG.format(model=MODEL, gpus=GPU_5080).replace("host_bandwidth: 38.4 GB/s", ""))
+    result = cli_run(rig, "--llama-bench", gpu_only)
+    assert "the rig has no host_bandwidth and these runs do not identify it" in result.stderr
