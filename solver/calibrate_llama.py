@@ -25,7 +25,7 @@ from rich.table import Table
 from solver.atomicfile import output_kind, refuse_inputs
 from solver.config import ModelConfig, load_model, load_rig, relative_to, shown_path
 from solver.console import console as make_console
-from solver.engines import Engine, engine_of
+from solver.engines import Engine, engine_named, engine_of
 from solver.engines.bandwidth import speed_of, with_constants
 from solver.errors import ArgsError, InputError
 from solver.llamabench import Expect, read_bench, weight_bytes
@@ -138,9 +138,9 @@ def at(p: Problem, x: np.ndarray) -> Problem:
     return with_constants(p, **constants_of(x))
 
 
-def _engine(p: Problem, rig_file: str) -> Engine:
-    """The rig's engine; InputError for one that llama.cpp runs do not measure."""
-    engine = engine_of(p)
+def _engine(name: str, rig_file: str) -> Engine:
+    """The engine ``name``; InputError for one that llama.cpp runs do not measure."""
+    engine = engine_named(name)
     if not engine.reads_llama_bench:
         raise InputError(
             rig_file,
@@ -173,7 +173,8 @@ def score_run(p: Problem, run: Run, engine: Engine) -> Scoring:
 @dataclass(frozen=True)
 class Setup:
     """The rig as loaded for calibration: its problem (host_bandwidth filled in when it has none), its
-    text, its file as shown, and the model's weight bytes."""
+    text and file as shown, the model's file and config, the model path the rig names, and the
+    constants the rig does not give (``host_bandwidth`` or none)."""
 
     p: Problem
     text: str
@@ -187,12 +188,12 @@ class Setup:
 def load(rig_path: Path, model_path: Path | None) -> Setup:
     """Read the rig and its model for calibration."""
     rig, doc = load_rig(rig_path)
+    _engine(rig.engine, doc.file)
     if model_path is None and rig.model is None:
         raise doc.error(("model",), "missing (required, or give --model)")
     path = model_path if model_path is not None else relative_to(rig_path, rig.model or "")
     model, _ = load_model(path)
     p = load_problem(rig_path, Overrides(model=model_path, host_bandwidth=START_HOST_BANDWIDTH))
-    _engine(p, doc.file)
     start = [] if rig.host_bandwidth is not None else ["host_bandwidth"]
     text = rig_path.read_text(encoding="utf-8")
     return Setup(p, text, doc.file, path, model, rig.model, start)
@@ -226,7 +227,7 @@ def gather(
             raise InputError("--args", f"{text!r}: {exc}") from None
         log = read_log(path, shown_path(path), words, text)
         runs += log.runs
-        for gpu, size in log.buffer_text.items():
+        for gpu, size in log.buffers.items():
             if gpu >= p.n_gpus:
                 notes.append(
                     f"{shown_path(path)}: CUDA{gpu} compute buffer: the rig has {p.n_gpus} GPU(s): skipped"
@@ -238,7 +239,7 @@ def gather(
 
 def score_all(p: Problem, runs: list[Run], rig_file: str, notes: list[str]) -> list[Scoring]:
     """Every run scored; a run whose flags the scorer cannot read is noted and left out."""
-    engine = _engine(p, rig_file)
+    engine = _engine(p.engine, rig_file)
     out = []
     for run in runs:
         try:

@@ -31,20 +31,19 @@ BUFFER_LINE = re.compile(r"(?<![A-Za-z_])([A-Za-z]+)(\d+) compute buffer size\s*
 
 @dataclass(frozen=True)
 class LogFile:
-    """What one log gives: decode runs (placed by the flags it was run with) and, by rig GPU index,
-    the compute buffer bytes of each card."""
+    """What one log gives: decode runs (placed by the flags it was run with) and, by GPU number, each
+    card's compute buffer as the log prints it (``300.75 MiB``)."""
 
     runs: list[Run]
-    buffers: dict[int, int]
-    buffer_text: dict[int, str]
+    buffers: dict[int, str]
 
 
 def read_log(path: Path, shown: str, words: tuple[str, ...], flags: str) -> LogFile:
     """The runs and buffers of a llama-server or llama-cli log run with ``words`` (``flags`` as typed)."""
     text = read_input(path, shown, "llama-server or llama-cli output").decode("utf-8", errors="replace")
     runs: list[Run] = []
-    buffers: dict[int, int] = {}
-    buffer_text: dict[int, str] = {}
+    largest: dict[int, float] = {}
+    buffers: dict[int, str] = {}
     prompt = 0
     for lineno, line in enumerate(text.splitlines(), 1):
         if m := PROMPT_LINE.search(line):
@@ -57,13 +56,12 @@ def read_log(path: Path, shown: str, words: tuple[str, ...], flags: str) -> LogF
             prompt = 0
         for m in BUFFER_LINE.finditer(line):
             gpu, mib = int(m.group(2)), m.group(3)
-            size = int(float(mib) * 2**20)
-            if size >= buffers.get(gpu, -1):
-                buffers[gpu], buffer_text[gpu] = size, f"{mib} MiB"
+            if float(mib) >= largest.get(gpu, -1.0):
+                largest[gpu], buffers[gpu] = float(mib), f"{mib} MiB"
     if not runs and not buffers:
         raise InputError(
             shown,
             "no 'eval time = X ms / N tokens' and no 'CUDA0 compute buffer size' lines: "
             "is this llama-server's or llama-cli's output?",
         )
-    return LogFile(runs, buffers, buffer_text)
+    return LogFile(runs, buffers)

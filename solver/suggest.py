@@ -202,7 +202,7 @@ def suggest(p: Problem, engine: Engine, rig_shown: str) -> Suggestion:
 def run(rig: Path, model: Path | None, as_json: bool, console: Console) -> Suggestion:
     """The command: print the llama-bench line, what its runs identify, and the calibrate line after."""
     setup = load(rig, model)
-    s = suggest(setup.p, _engine(setup.p, setup.shown), setup.shown)
+    s = suggest(setup.p, _engine(setup.p.engine, setup.shown), setup.shown)
     if as_json:
         click.echo(
             json.dumps(
