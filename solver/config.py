@@ -164,6 +164,7 @@ class ModelConfig(_Strict):
     nextn_layers: Whole = 0
     vocab_size: Count | None = None
     embedding_bytes: Size = 0
+    other_weight_bytes: Size = 0
 
 
 _MESSAGES = {"missing": "missing (required)"}
@@ -277,6 +278,11 @@ def relative_to(doc_file: Path, ref: str) -> Path:
 def load_rig(path: Path) -> tuple[RigConfig, YamlDoc]:
     """Read and validate a rig file, with the cross-field rules pydantic cannot say."""
     doc = load_yaml(path, shown_path(path))
+    return check_rig(doc), doc
+
+
+def check_rig(doc: YamlDoc) -> RigConfig:
+    """A parsed rig document validated, with the cross-field rules pydantic cannot say."""
     rig = validate(doc, RigConfig)
     for i, gpu in enumerate(rig.gpus):
         has_est = gpu.sms is not None or gpu.clock_ghz is not None
@@ -290,7 +296,7 @@ def load_rig(path: Path) -> tuple[RigConfig, YamlDoc]:
     bad = host_problem([gpu.host if "host" in gpu.model_fields_set else None for gpu in rig.gpus])
     if bad is not None:
         raise doc.error(("gpus", bad[0], "host"), bad[1])
-    return rig, doc
+    return rig
 
 
 _ALL_OR_NONE = "give every GPU a host, or none (all on one machine)"

@@ -200,6 +200,8 @@ class Overrides:
     context: int | None = None
     engine: str | None = None
     idle_gpus: bool = False
+    #: The rate a rig without ``host_bandwidth`` starts from (``solve calibrate`` fits it).
+    host_bandwidth: int | None = None
 
 
 def resolve(
@@ -375,6 +377,8 @@ def load_problem(rig_path: Path, overrides: Overrides | None = None) -> Problem:
     update = {k: v for k, v in (("objective", ov.objective), ("order", ov.order), ("engine", ov.engine)) if v}
     if ov.idle_gpus:
         update["idle_gpus"] = True
+    if ov.host_bandwidth is not None and rig.host_bandwidth is None:
+        update["host_bandwidth"] = ov.host_bandwidth
     if update:
         rig = rig.model_copy(update=update)
     check_host_runs(rig, rig_doc)

@@ -126,6 +126,11 @@ def load_yaml(path: Path, shown: str) -> YamlDoc:
         raise InputError(
             shown, f"not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})"
         ) from None
+    return parse_yaml(text, shown)
+
+
+def parse_yaml(text: str, shown: str) -> YamlDoc:
+    """Parse YAML text (named ``shown`` in messages) into a YamlDoc; any problem is an InputError."""
     try:
         nodes = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
     except RecursionError:

@@ -150,12 +150,14 @@ def test_qwen3moe_q4_k_m_like(tmp_path: Path) -> None:
     assert model.kv_bytes_per_token == {"full": NKV * (D + D) * 2}
     assert model.state_bytes == {"full": 0}
     assert model.last_stage_bytes == HEAD_BYTES and model.first_stage_bytes == 0
+    # the untied embeddings stay in host memory: counted only in the file's size
+    assert model.other_weight_bytes == nb(Q.Q4_K, H * VOCAB)
     assert model.command == "solve model from-gguf q.gguf"
     assert model.max_context == 4096 and "qwen3moe.context_length" in model.sources["max_context"]
     assert list(model.sources) == [
         *("name", "layers", "experts", "active_experts", "expert_bytes", "dense_bytes", "kinds"),
         *("state_bytes", "kv_bytes_per_token", "first_stage_bytes", "last_stage_bytes", "max_context"),
-        "expert_tensors",
+        *("other_weight_bytes", "expert_tensors"),
     ]
 
 
@@ -215,6 +217,11 @@ def test_glm4moe_drops_mtp_layers(tmp_path: Path) -> None:
     }
     assert model.expert_bytes == [0] + [(2 * gate + down) // E] * 3
     assert "nextn_predict_layers 1" in model.sources["layers"]
+    # every tensor of the file is counted once: layers, experts, head, and the rest (embeddings, MTP)
+    file_bytes = sum(nb(x.qtype, *x.shape) for x in tensors)
+    counted = sum(model.dense_bytes) + sum(map(sum, model.expert_tensors.values())) + model.last_stage_bytes
+    assert model.other_weight_bytes == file_bytes - counted > nb(Q.Q4_K, H, VOCAB)
+    assert "MTP" in model.sources["other_weight_bytes"]
 
 
 def write_and(path: Path, arch: str, kv: dict[str, object], tensors: list[Tensor]) -> Path:
@@ -397,6 +404,7 @@ def test_mixtral_defaults_and_tied_embeddings(tmp_path: Path) -> None:
     assert model.kv_bytes_per_token == {"full": NKV * (H // NH) * 2 * 2}
     assert model.last_stage_bytes == nb(Q.Q4_K, H, VOCAB) + nb(Q.F32, H)
     assert "tied" in model.sources["last_stage_bytes"]
+    assert model.other_weight_bytes == 0  # the tied embeddings are the head
     assert model.experts == [E, E]
 
 

@@ -142,6 +142,9 @@ class Engine:
     miss_rate_key: ClassVar[str | None] = None
     #: Keys the engine needs beyond the common ones.
     required: ClassVar[tuple[Required, ...]] = ()
+    #: llama-bench and llama-server runs measure this engine: ``solve calibrate RIG --llama-bench``
+    #: fits its speed constants to them (each run's flags read by ``read_command``).
+    reads_llama_bench: ClassVar[bool] = False
 
     def check_gpus(self, rig: RigConfig, doc: YamlDoc) -> None:
         """Raise an InputError (file, line, key) for a GPU whose speed the engine cannot know."""

@@ -342,6 +342,7 @@ class LlamaCpp(BytesSpeed):
     note = "expert tensors on a GPU or, beyond VRAM, on the CPU"
     rig_keys = ("host_bandwidth", "host_memory")
     miss_rate_key = "host_bandwidth"
+    reads_llama_bench = True
     columns: ClassVar[list[tuple[str, StageCell]]] = [
         ("experts on GPU", lambda s: format_size(s.cache_bytes)),
         ("tensors kept", lambda s: f"{s.held_pairs:,}/{s.visible_pairs:,}"),

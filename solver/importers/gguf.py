@@ -19,6 +19,9 @@ What llama.cpp does with each number, and so what this module counts:
   last device. Without ``output.weight`` the embeddings are tied and llama.cpp loads ``token_embd``
   a second time there (``TENSOR_DUPLICATED``), so it counts as the head. ``first_stage_bytes`` is 0:
   the input embeddings stay in host memory.
+- ``other_weight_bytes`` = every other tensor of the file (the untied ``token_embd``, the MTP layers,
+  ``rope_freqs``): no stage holds them, but they are part of the file's size (llama-bench's
+  ``model_size``), which ``solve calibrate`` checks its rows against.
 - KV cache per token of a layer, at llama.cpp's cache type (``-ctk``/``-ctv``): one K row and one V
   row, each ``ggml_row_size(type, elements)`` = elements / block x block bytes (f16 2 bytes per
   element; q8_0 34 bytes per 32; q4_0 18 per 32), rounded up to whole blocks.
@@ -65,7 +68,7 @@ HEAD_TENSORS = ("output.weight", "output.bias", "output_norm.weight", "output_no
 SOURCE_ORDER = (
     "name", "layers", "experts", "active_experts", "expert_bytes", "dense_bytes", "kinds", "state_bytes",
     "kv_bytes_per_token", "first_stage_bytes", "last_stage_bytes", "max_context", "nextn_layers",
-    "expert_tensors",
+    "other_weight_bytes", "expert_tensors",
 )  # fmt: skip
 
 #: llama.cpp's default micro-batch and SWA cache padding (llama-kv-cache-iswa.cpp).
@@ -119,6 +122,7 @@ def read_gguf(path: Path, kv_type: str = "f16") -> ImportedModel:
         kv_bytes_per_token=kv,
         first_stage_bytes=0,
         last_stage_bytes=counted.head_bytes,
+        other_weight_bytes=counted.other_bytes,
         vocab_size=_vocab(tensors),
         command=command,
         sources={key: sources[key] for key in SOURCE_ORDER if key in sources},
@@ -383,6 +387,7 @@ class _Counted:
     expert_tensors: dict[str, list[int]]
     dense_bytes: list[int]
     head_bytes: int
+    other_bytes: int
 
 
 def _expert_key_order(key: str) -> tuple[int, str]:
@@ -399,6 +404,7 @@ def _count_tensors(
     moe = [False] * layers
     per_expert: list[dict[str, set[int]]] = [{} for _ in range(layers)]
     head = {}
+    other: dict[str, int] = {}
     dropped = 0
     by_name = {t.name: t for t in tensors}
     for t in tensors:
@@ -406,6 +412,8 @@ def _count_tensors(
         if not match:
             if t.name in HEAD_TENSORS:
                 head[t.name] = t.n_bytes
+            else:
+                other[t.name] = t.n_bytes
             continue
         il, rest = int(match[1]), match[2]
         if il >= meta.block_count:
@@ -457,7 +465,7 @@ def _count_tensors(
             "output.weight + output_norm.weight (llama.cpp's output is on the last GPU)"
         )
     elif "token_embd.weight" in by_name:
-        head["token_embd.weight"] = by_name["token_embd.weight"].n_bytes
+        head["token_embd.weight"] = other.pop("token_embd.weight")
         sources["last_stage_bytes"] = (
             "token_embd.weight (tied embeddings: no output.weight, llama.cpp loads token_embd again as"
             " the head) + output_norm.weight"
@@ -465,8 +473,15 @@ def _count_tensors(
     else:
         raise InputError(shown, "no output.weight and no token_embd.weight: the model has no head")
     sources["first_stage_bytes"] = "0: llama.cpp keeps the token embeddings in host memory"
+    if other or dropped:
+        parts = [*sorted(other)] + ([f"the MTP layers' {dropped} bytes"] if dropped else [])
+        sources["other_weight_bytes"] = (
+            "weights no stage holds, counted only in the file's size: " + ", ".join(parts)
+        )
     expert_tensors = {k: expert_tensors[k] for k in sorted(expert_tensors, key=_expert_key_order)}
-    return _Counted(experts, expert_bytes, expert_tensors, dense, sum(head.values()))
+    return _Counted(
+        experts, expert_bytes, expert_tensors, dense, sum(head.values()), sum(other.values()) + dropped
+    )
 
 
 def _ranges(indices: list[int]) -> str:

@@ -24,6 +24,7 @@ class ImportedModel:
     nextn_layers         next-token-prediction blocks the GGUF file has after the L layers
     vocab_size           tokens of the vocabulary (the output logits' width), when known
     embedding_bytes      the token embeddings' part of ``first_stage_bytes`` (llama.cpp keeps them in RAM)
+    other_weight_bytes   weights of the file no stage holds (host-memory embeddings, MTP layers)
     """
 
     name: str
@@ -46,6 +47,7 @@ class ImportedModel:
     nextn_layers: int = 0
     vocab_size: int | None = None
     embedding_bytes: int = 0
+    other_weight_bytes: int = 0
 
 
 #: Most layers (or blocks) a model file may have: far above any published model (the largest have
@@ -170,6 +172,12 @@ def model_yaml(m: ImportedModel, profile: str | None = None) -> str:
         body.append(_line("max_context", m.max_context))
     if m.nextn_layers:
         body.append(_line("nextn_layers", m.nextn_layers, "MTP blocks after the layers (llama.cpp slots)"))
+    if m.other_weight_bytes:
+        body.append(
+            _line(
+                "other_weight_bytes", m.other_weight_bytes, f"{_mib(m.other_weight_bytes)}, no stage holds it"
+            )
+        )
     if m.expert_tensors:
         body.append(
             "expert_tensors:                   # routed expert tensors of each layer, all experts, bytes"

@@ -1,0 +1,531 @@
+"""``solve calibrate RIG --llama-bench FILE``: the rig's speed constants fitted to its own llama.cpp runs.
+
+Each measured run (solver.llamabench, solver.llamalog) is scored on the rig by the engine's scorer
+(the placement its flags make, ``solve score``), six times: at the rig's constants and with each of
+``host_bandwidth``, ``gpu_efficiency``, ``switch_ms``, ``layer_overhead_ms`` and ``handoff_ms``
+moved, which gives the run's token time as a linear function of the five (solver.speedfit). The
+fit, the constants it could not identify (and the run that would), each run measured, before and
+after, and the leave-one-out error are printed; ``--write`` stores the fitted keys, and the compute
+buffers a log shows, in the rig (solver.rigedit).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import click
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from solver.atomicfile import output_kind, refuse_inputs
+from solver.config import ModelConfig, load_model, load_rig, relative_to, shown_path
+from solver.console import console as make_console
+from solver.engines import Engine, engine_named, engine_of
+from solver.engines.bandwidth import speed_of, with_constants
+from solver.errors import ArgsError, InputError
+from solver.llamabench import Expect, read_bench, weight_bytes
+from solver.llamalog import read_log
+from solver.measured import Run
+from solver.problem import Overrides, Problem, load_problem
+from solver.rigedit import Edit, write_rig
+from solver.speedfit import CONSTANTS, Design, Fitted, fit, from_x, leave_one_out, sigma_of, to_x
+from solver.units import format_rate, format_size
+
+#: The rate a rig without ``host_bandwidth`` starts from: about half the nominal rate of a
+#: two-channel DDR5 desktop (docs/fidelity-sources.md); the fit replaces it once a run has experts
+#: on the CPU.
+START_HOST_BANDWIDTH = 40 * 10**9
+#: How far each variable moves to read a run's slope (host_bandwidth and gpu_efficiency: a factor; the
+#: ms constants: this many ms). The time is linear in the variables, so any step reads it exactly.
+FACTORS = ("host_bandwidth", "gpu_efficiency")
+STEP = {
+    "host_bandwidth": 0.5,
+    "gpu_efficiency": 0.8,
+    "switch_ms": 0.1,
+    "layer_overhead_ms": 0.1,
+    "handoff_ms": 1.0,
+}
+#: Units of the constants in the output.
+UNIT = {"gpu_efficiency": "", "switch_ms": " ms", "layer_overhead_ms": " ms", "handoff_ms": " ms"}
+
+#: Which extra llama-bench run would identify a constant: when no run exercises it, and when the runs
+#: exercise it only together with constants fitted before it.
+HINTS = {
+    "host_bandwidth": (
+        "no run has expert tensors on the CPU: add one with -ncmoe N (N > 0)",
+        "add runs with more or fewer expert bytes on the CPU (another -ncmoe value)",
+    ),
+    "gpu_efficiency": (
+        "no GPU's time comes from its bytes (each gives layer_ms)",
+        "add runs that differ in the bytes the GPUs read: another depth (-d 0,32768), or another -ts over "
+        "GPUs of different bandwidth (--suggest)",
+    ),
+    "switch_ms": (
+        "no run has expert tensors on the CPU: add one with -ncmoe N (N > 0)",
+        "add runs that differ in how many layers have experts on the CPU at about the same CPU bytes: an "
+        "-ot rule sending only ffn_gate_exps of some layers to the CPU beside -ncmoe (--suggest), or another "
+        "quant",
+    ),
+    "layer_overhead_ms": (
+        "no GPU's time comes from its bytes (each gives layer_ms)",
+        "add runs that differ in GPU bytes at the same layers (-d 0,32768) or in the layers on the GPUs "
+        "(-ngl)",
+    ),
+    "handoff_ms": (
+        "every run uses one GPU (no hand-offs)",
+        "add runs on a different number of GPUs (-dev CUDA0 beside -dev CUDA0/CUDA1, or a -ts with a 0)",
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Scoring:
+    """A run scored on the rig: its token time ``base + slope . x`` (ms), at the rig's constants
+    ``before_ms``, and the cards that would run out of memory (one line each)."""
+
+    run: Run
+    base: float
+    slope: np.ndarray
+    before_ms: float
+    short: list[str]
+
+
+@dataclass
+class Outcome:
+    """Everything the command prints or writes."""
+
+    rig: str
+    model: str
+    sources: list[str]
+    x0: np.ndarray
+    start_keys: list[str]
+    scorings: list[Scoring]
+    fitted: Fitted | None
+    after_ms: np.ndarray
+    loo_ms: np.ndarray | None
+    buffers: dict[int, str]
+    gpu_names: list[str]
+    notes: list[str] = field(default_factory=list)
+    written: str | None = None
+    yaml: list[str] = field(default_factory=list)
+
+
+def weights_of(p: Problem) -> np.ndarray:
+    """The constants of ``p`` as the linear variables of solver.speedfit, in CONSTANTS order."""
+    sp = speed_of(p)
+    values = {
+        "host_bandwidth": float(p.host_bandwidth or START_HOST_BANDWIDTH),
+        "gpu_efficiency": sp.efficiency,
+        "switch_ms": sp.switch_ms,
+        "layer_overhead_ms": sp.overhead_ms,
+        "handoff_ms": p.handoff_ms,
+    }
+    return np.array([to_x(k, values[k]) for k in CONSTANTS])
+
+
+def constants_of(x: np.ndarray) -> dict[str, float]:
+    """The rig keys of the linear variables ``x``."""
+    return {k: from_x(k, float(v)) for k, v in zip(CONSTANTS, x)}
+
+
+def at(p: Problem, x: np.ndarray) -> Problem:
+    """``p`` under the constants ``x``."""
+    return with_constants(p, **constants_of(x))
+
+
+def _engine(name: str, rig_file: str) -> Engine:
+    """The engine ``name``; InputError for one that llama.cpp runs do not measure."""
+    engine = engine_named(name)
+    if not engine.reads_llama_bench:
+        raise InputError(
+            rig_file,
+            f"engine {engine.name}: llama-bench and llama.cpp runs calibrate the llama.cpp time model; "
+            "set engine: llama.cpp in the rig",
+            key="engine",
+        )
+    return engine
+
+
+def score_run(p: Problem, run: Run, engine: Engine) -> Scoring:
+    """The run's linear time model from its placement scored at ``p``'s constants and at each moved."""
+    args = engine.read_command(list(run.words))
+    score = engine.score
+    x0 = weights_of(p)
+    base_p = with_constants(p, depth=run.depth)
+    first = score(at(base_p, x0), args)
+    t0 = first.window_ms
+    slope = np.zeros(len(CONSTANTS))
+    for j, key in enumerate(CONSTANTS):
+        value = from_x(key, float(x0[j]))
+        moved = value * STEP[key] if key in FACTORS else value + STEP[key]
+        x1 = x0.copy()
+        x1[j] = to_x(key, moved)
+        slope[j] = (score(at(base_p, x1), args).window_ms - t0) / (x1[j] - x0[j])
+    short = [f"{c.name} short by {format_size(c.shortfall)}" for c in first.short]
+    return Scoring(run, t0 - float(slope @ x0), slope, t0, short)
+
+
+@dataclass(frozen=True)
+class Setup:
+    """The rig as loaded for calibration: its problem (host_bandwidth filled in when it has none), its
+    text and file as shown, the model's file and config, the model path the rig names, and the
+    constants the rig does not give (``host_bandwidth`` or none)."""
+
+    p: Problem
+    text: str
+    shown: str
+    model_path: Path
+    model: ModelConfig
+    named_model: str | None
+    start_keys: list[str]
+
+
+def load(rig_path: Path, model_path: Path | None) -> Setup:
+    """Read the rig and its model for calibration."""
+    rig, doc = load_rig(rig_path)
+    _engine(rig.engine, doc.file)
+    if model_path is None and rig.model is None:
+        raise doc.error(("model",), "missing (required, or give --model)")
+    path = model_path if model_path is not None else relative_to(rig_path, rig.model or "")
+    model, _ = load_model(path)
+    p = load_problem(rig_path, Overrides(model=model_path, host_bandwidth=START_HOST_BANDWIDTH))
+    start = [] if rig.host_bandwidth is not None else ["host_bandwidth"]
+    text = rig_path.read_text(encoding="utf-8")
+    return Setup(p, text, doc.file, path, model, rig.model, start)
+
+
+def gather(
+    setup: Setup, benches: tuple[Path, ...], logs: tuple[Path, ...], flags: tuple[str, ...]
+) -> tuple[list[Run], dict[int, str], list[str]]:
+    """Every run of the files, the compute buffers the logs show (by rig GPU), and notes."""
+    if logs and len(flags) not in (1, len(logs)):
+        raise InputError(
+            "--args",
+            f"give one --args for every --llama-log, or one for all; got {len(flags)} for {len(logs)}",
+        )
+    if flags and not logs:
+        raise InputError("--args", "gives the flags a --llama-log was run with; no --llama-log given")
+    p = setup.p
+    expect = Expect(weight_bytes(setup.model), p.n_gpus)
+    runs: list[Run] = []
+    notes: list[str] = []
+    buffers: dict[int, str] = {}
+    for path in benches:
+        found, skipped = read_bench(path, shown_path(path), expect)
+        runs += found
+        notes += skipped
+    for i, path in enumerate(logs):
+        text = flags[i] if len(flags) == len(logs) else flags[0]
+        try:
+            words = tuple(shlex.split(text))
+        except ValueError as exc:
+            raise InputError("--args", f"{text!r}: {exc}") from None
+        log = read_log(path, shown_path(path), words, text)
+        runs += log.runs
+        for gpu, size in log.buffers.items():
+            if gpu >= p.n_gpus:
+                notes.append(
+                    f"{shown_path(path)}: CUDA{gpu} compute buffer: the rig has {p.n_gpus} GPU(s): skipped"
+                )
+            else:
+                buffers[gpu] = size
+    return runs, buffers, notes
+
+
+def score_all(p: Problem, runs: list[Run], rig_file: str, notes: list[str]) -> list[Scoring]:
+    """Every run scored; a run whose flags the scorer cannot read is noted and left out."""
+    engine = _engine(p.engine, rig_file)
+    out = []
+    for run in runs:
+        try:
+            scored = score_run(p, run, engine)
+        except (ArgsError, InputError) as exc:
+            notes.append(f"{run.source}: {exc}: skipped")
+            continue
+        if scored.short:
+            notes.append(
+                f"{run.source}: would not fit under the rig and model ({'; '.join(scored.short)}): "
+                "check free, reserve and the model's bytes; its time is used"
+            )
+        out.append(scored)
+    return out
+
+
+def design_of(scorings: list[Scoring]) -> Design:
+    """The scored runs as solver.speedfit's linear design."""
+    tps = np.array([s.run.tokens_per_s for s in scorings])
+    spread = np.array([s.run.spread for s in scorings])
+    return Design(
+        np.array([s.base for s in scorings]),
+        np.array([s.slope for s in scorings]).reshape(len(scorings), len(CONSTANTS)),
+        1000.0 / tps,
+        sigma_of(tps, spread),
+    )
+
+
+def calibrate(
+    setup: Setup,
+    benches: tuple[Path, ...],
+    logs: tuple[Path, ...],
+    flags: tuple[str, ...],
+) -> Outcome:
+    """Read, score and fit: what the command reports."""
+    p = setup.p
+    runs, buffers, notes = gather(setup, benches, logs, flags)
+    if not runs and not buffers:
+        why = "; ".join(notes) if notes else "the files hold no decode runs"
+        raise InputError(setup.shown, f"no run to calibrate from: {why}")
+    scorings = score_all(p, runs, setup.shown, notes) if runs else []
+    if runs and not scorings:
+        raise InputError(setup.shown, "no run to calibrate from: " + "; ".join(notes))
+    x0 = weights_of(p)
+    fitted = loo = None
+    after = np.zeros(0)
+    if scorings:
+        design = design_of(scorings)
+        fitted = fit(design, x0)
+        exercised = len(CONSTANTS) - len(fitted.unused)
+        if len(scorings) < exercised:
+            notes.append(
+                f"{len(scorings)} run{'s' if len(scorings) != 1 else ''} can fit at most {len(scorings)} of "
+                f"the {exercised} constants they exercise; the others keep their values (below)"
+            )
+        if "host_bandwidth" in setup.start_keys and "host_bandwidth" not in fitted.identified:
+            notes.append(
+                f"the rig has no host_bandwidth and these runs do not identify it; planning for "
+                f"{engine_of(p).name} needs it (runs with expert tensors on the CPU give it)"
+            )
+        after = design.predict(fitted.x)  # the scorer's window at the fitted constants: t is linear in x
+        loo = leave_one_out(design, x0) if len(scorings) >= 3 else None
+    sources = [shown_path(f) for f in (*benches, *logs)]
+    return Outcome(
+        p.rig,
+        p.model,
+        sources,
+        x0,
+        setup.start_keys,
+        scorings,
+        fitted,
+        after,
+        loo,
+        buffers,
+        p.gpu_names,
+        notes,
+    )
+
+
+def value_text(key: str, value: float) -> str:
+    """A constant as the rig file writes it: ``61.6 GB/s``, ``0.742``, ``0.0812``."""
+    if key == "host_bandwidth":
+        return format_rate(max(1, round(value / 10**8)) * 10**8)
+    if key == "gpu_efficiency":
+        return f"{value:.3f}"
+    return f"{value:.4f}".rstrip("0").rstrip(".") or "0"
+
+
+def shown_value(key: str, value: float) -> str:
+    return value_text(key, value) + UNIT.get(key, "")
+
+
+def edits_of(o: Outcome, setup: Setup, out: Path | None) -> list[Edit]:
+    """The rig keys to set: the fitted constants, the buffers the logs show, and the model's path when
+    the rig is written to another folder."""
+    note = f"fitted by solve calibrate from {', '.join(o.sources)}"
+    edits = []
+    if o.fitted is not None:
+        fitted = constants_of(o.fitted.x)
+        edits = [Edit(k, value_text(k, fitted[k]), note) for k in o.fitted.identified]
+    for gpu in sorted(o.buffers):
+        edits.append(Edit("buffer", o.buffers[gpu], "compute buffer, from its load log", gpu=gpu))
+    if (
+        edits
+        and out is not None
+        and setup.named_model is not None
+        and not Path(setup.named_model).is_absolute()
+    ):
+        target = Path(os.path.relpath(setup.model_path.resolve(), out.resolve().parent))
+        if target != Path(setup.named_model):
+            edits.append(Edit("model", json.dumps(target.as_posix())))
+    return edits
+
+
+def yaml_lines(edits: list[Edit], gpu_names: list[str]) -> list[str]:
+    """The edits as lines to add by hand."""
+    out = []
+    for e in edits:
+        line = f"{e.key}: {e.value}" + (f"   # {e.note}" if e.note else "")
+        out.append(line if e.gpu is None else f"gpus[{e.gpu}] ({gpu_names[e.gpu]}): {line}")
+    return out
+
+
+def run(
+    rig: Path,
+    model: Path | None,
+    benches: tuple[Path, ...],
+    logs: tuple[Path, ...],
+    flags: tuple[str, ...],
+    out: Path | None,
+    as_json: bool,
+    console: Console,
+) -> Outcome:
+    """The command: calibrate, print (tables or one JSON object) and write the rig when asked."""
+    if out is not None:
+        output_kind(out, shown_path(out))
+    setup = load(rig, model)
+    if out is not None:
+        refuse_inputs(out, shown_path(out), [setup.model_path, *benches, *logs])
+    outcome = calibrate(setup, benches, logs, flags)
+    edits = edits_of(outcome, setup, out)
+    outcome.yaml = yaml_lines(edits, outcome.gpu_names)
+    if out is not None and any(e.key != "model" for e in edits):
+        write_rig(setup.text, edits, out, shown_path(out))
+        outcome.written = shown_path(out)
+    elif out is not None:
+        outcome.notes.append(f"{shown_path(out)}: not written: no constant identified and no buffer read")
+    errors = make_console(stderr=True)
+    for line in outcome.notes:
+        errors.print(f"note: {line}", markup=False, highlight=False)
+    if as_json:
+        click.echo(json.dumps(to_json(outcome), indent=2))
+    else:
+        print_outcome(outcome, setup.shown, console)
+    return outcome
+
+
+def _err(predicted_ms: float, measured_tps: float) -> float:
+    """Relative error of a predicted token time, in tokens/s."""
+    return (1000.0 / predicted_ms - measured_tps) / measured_tps
+
+
+def _cell(predicted_ms: float, measured_tps: float) -> str:
+    return f"{1000.0 / predicted_ms:.2f} ({_err(predicted_ms, measured_tps):+.1%})"
+
+
+def medians(o: Outcome) -> dict[str, float | None]:
+    """Median absolute relative error in tokens/s: before, after, and leave-one-out."""
+    tps = np.array([s.run.tokens_per_s for s in o.scorings])
+    if not len(tps):
+        return {"before": None, "after": None, "leave_one_out": None}
+
+    def med(ms: np.ndarray) -> float:
+        return float(np.median(np.abs((1000.0 / ms - tps) / tps)))
+
+    before = np.array([s.before_ms for s in o.scorings])
+    return {
+        "before": med(before),
+        "after": med(o.after_ms),
+        "leave_one_out": med(o.loo_ms) if o.loo_ms is not None else None,
+    }
+
+
+def not_identified(o: Outcome) -> dict[str, str]:
+    """Each constant the runs do not identify, with the run that would."""
+    if o.fitted is None:
+        return {}
+    out = {}
+    for key in CONSTANTS:
+        if key in o.fitted.identified:
+            continue
+        unused, weak = HINTS[key]
+        out[key] = unused if key in o.fitted.unused else weak
+    return out
+
+
+def print_outcome(o: Outcome, shown: str, console: Console) -> None:
+    """The runs table, the fitted and kept constants, the errors, and the YAML written or to add."""
+    console.print(
+        f"[bold]calibrate {o.rig}[/bold] (model {o.model}): {len(o.scorings)} run(s) from "
+        + ", ".join(o.sources),
+        highlight=False,
+    )
+    if o.scorings:
+        table = Table()
+        table.add_column("run", overflow="fold")
+        table.add_column("placement", overflow="fold")
+        for col in ("measured t/s", "before", "after", *(["leave-one-out"] if o.loo_ms is not None else [])):
+            table.add_column(col, justify="right", no_wrap=True)
+        for i, s in enumerate(o.scorings):
+            tps = s.run.tokens_per_s
+            measured = f"{tps:.2f}" + (f" ± {s.run.spread:.2f}" if s.run.spread else "")
+            row = [
+                s.run.source.rsplit("/", 1)[-1],
+                s.run.placement,
+                measured,
+                _cell(s.before_ms, tps),
+                _cell(o.after_ms[i], tps),
+            ]
+            if o.loo_ms is not None:
+                row.append(_cell(o.loo_ms[i], tps))
+            table.add_row(*row)
+        console.print(table)
+    if o.fitted is not None:
+        before, after = constants_of(o.x0), constants_of(o.fitted.x)
+        parts = []
+        for key in o.fitted.identified:
+            was = "none" if key in o.start_keys else shown_value(key, before[key])
+            parts.append(f"{key} {shown_value(key, after[key])} (was {was})")
+        console.print(
+            f"fitted: {', '.join(parts) if parts else 'nothing the runs identify'}", highlight=False
+        )
+        for key, hint in not_identified(o).items():
+            kept = "none" if key in o.start_keys else shown_value(key, before[key])
+            console.print(f"kept {key} {kept}: not identified: {hint}", highlight=False)
+        m = medians(o)
+        text = f"median error in tokens/s: before {m['before']:.1%}, after {m['after']:.1%}"
+        if m["leave_one_out"] is not None:
+            text += f", leave-one-out {m['leave_one_out']:.1%}"
+        console.print(text, highlight=False)
+    if o.written:
+        console.print(f"wrote {o.written}:", highlight=False)
+    elif o.yaml:
+        console.print(f"add to {shown} (or give --write FILE):", highlight=False)
+    for line in o.yaml:
+        console.print(f"  {line}", markup=False, highlight=False)
+
+
+def to_json(o: Outcome) -> dict:
+    """The outcome as one JSON object (README, "Calibrate from your own llama-bench runs")."""
+    before = constants_of(o.x0)
+    after = constants_of(o.fitted.x) if o.fitted is not None else before
+    runs = []
+    for i, s in enumerate(o.scorings):
+        runs.append(
+            {
+                "source": s.run.source,
+                "placement": s.run.placement,
+                "flags": shlex.join(s.run.words),
+                "depth": s.run.depth,
+                "measured_tps": s.run.tokens_per_s,
+                "spread_tps": s.run.spread,
+                "before_tps": 1000.0 / s.before_ms,
+                "after_tps": 1000.0 / float(o.after_ms[i]),
+                "leave_one_out_tps": None if o.loo_ms is None else 1000.0 / float(o.loo_ms[i]),
+                "fits": not s.short,
+            }
+        )
+    identified = o.fitted.identified if o.fitted is not None else ()
+    return {
+        "rig": o.rig,
+        "model": o.model,
+        "sources": o.sources,
+        "runs": runs,
+        "constants": {
+            k: {
+                "before": None if k in o.start_keys else before[k],
+                "after": after[k] if k in identified or k not in o.start_keys else None,
+                "identified": k in identified,
+            }
+            for k in CONSTANTS
+        },
+        "not_identified": not_identified(o),
+        "median_error": medians(o),
+        "buffers": {str(g): text for g, text in sorted(o.buffers.items())},
+        "yaml": o.yaml,
+        "written": o.written,
+        "notes": o.notes,
+    }
