@@ -21,13 +21,15 @@ from solver.config import shown_path
 from solver.console import console as make_console
 from solver.engines import ENGINES, export_lines
 from solver.errors import InputError
-from solver.export import Offload, check_export_engine
+from solver.export import Launch, Offload, check_export_engine
 from solver.export_hosts import Hosts
+from solver.kvcache import KV_TYPES
 from solver.model_cli import model_group, rig_group
 from solver.options import SECONDS
 from solver.plausible import doubts
 from solver.problem import Overrides, load_problem
 from solver.profile_cli import profile_group
+from solver.shells import DEFAULT_SHELL, SHELLS
 from solver.solvers import Limits
 
 if TYPE_CHECKING:
@@ -183,7 +185,24 @@ def _progress(enabled: bool) -> tuple[Callable[[str, float, float], None] | None
 @click.option(
     "--export",
     type=click.Choice(ENGINES),
-    help="Print the flags that make ENGINE (the plan's engine) run the plan.",
+    help="Print the command that makes ENGINE (the plan's engine) run the plan.",
+)
+@click.option(
+    "--shell",
+    type=click.Choice(SHELLS),
+    default=DEFAULT_SHELL,
+    show_default=True,
+    help="Quote the --export command for this shell (cmd: Windows cmd.exe).",
+)
+@click.option(
+    "--kv-type",
+    type=click.Choice(tuple(KV_TYPES)),
+    help="KV cache type (llama.cpp's -ctk/-ctv), instead of the rig's or model's.",
+)
+@click.option(
+    "--fit-off",
+    is_flag=True,
+    help="Add -fit off to the llama.cpp command: builds whose llama-server --help lists --fit.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
 @click.option(
@@ -216,6 +235,9 @@ def plan_cmd(
     check: bool,
     engine: str | None,
     export: str | None,
+    shell: str,
+    kv_type: str | None,
+    fit_off: bool,
     as_json: bool,
     out: Path | None,
     plot: Path | None,
@@ -231,7 +253,8 @@ def plan_cmd(
             from solver.plotting import check_plot_file
 
             check_plot_file(plot, shown_path(plot))
-        problem = load_problem(rig, Overrides(model, profile, objective, order, context, engine, idle_gpus))
+        overrides = Overrides(model, profile, objective, order, context, engine, idle_gpus, kv_type)
+        problem = load_problem(rig, overrides)
         refused = check_export_engine(export, problem.engine) if export else None
         if refused:
             raise InputError(shown_path(rig), f"--export {export}: {refused}")
@@ -252,10 +275,10 @@ def plan_cmd(
             Limits(time_limit=time_limit, workers=workers, progress=progress, started=started),
             check=check,
         )
-    flags = _export_flags(export, result) if export and result.plan else []
+    flags = _export_lines(export, result, shell, fit_off) if export and result.plan else []
     report = to_json(result)
     if export:
-        report["export"] = {"engine": export, "lines": flags}
+        report["export"] = {"engine": export, "shell": shell, "lines": flags}
     try:
         if out:
             with atomic_open(out, shown_path(out)) as f:
@@ -276,7 +299,8 @@ def plan_cmd(
         console = make_console()
         print_report(result, console)
         if flags:
-            console.print(f"\n[bold]{export}[/bold] flags:")
+            what = "flags" if export == "strata" else "command"
+            console.print(f"\n[bold]{export}[/bold] {what} ({shell}):")
             for line in flags:
                 click.echo(line)
     if result.plan is None or result.status not in PLANNED:
@@ -285,16 +309,26 @@ def plan_cmd(
         sys.exit(EXIT_DISAGREE)
 
 
-def _export_flags(engine: str, result: Result) -> list[str]:
-    """The lines that make ``engine`` run the plan; a plan the engine cannot express exits 2."""
+def _export_lines(engine: str, result: Result, shell: str, fit_off: bool) -> list[str]:
+    """The lines that make ``engine`` run the plan, for ``shell``; a plan the engine cannot express (or
+    a word the shell cannot be given) exits 2."""
     plan, p = result.plan, result.problem
     offload = [Offload(layer, name) for s in plan.stages for layer, names in s.offload for name in names]
     hosts = None
     if len(p.host_names) > 1:  # the machine listed first in the rig runs the main command
         hosts = Hosts(tuple(p.host_names[h] for h in p.hosts), local=p.host_names[0])
+    launch = Launch(gguf=p.gguf, hf_model=p.hf_model, context=p.context, kv_type=p.kv_type, fit_off=fit_off)
     try:
         return export_lines(
-            engine, plan.gpus, plan.cuts, p.n_layers, offload, extra_blocks=p.nextn_layers, hosts=hosts
+            engine,
+            plan.gpus,
+            plan.cuts,
+            p.n_layers,
+            offload,
+            extra_blocks=p.nextn_layers,
+            hosts=hosts,
+            launch=launch,
+            shell=shell,
         )
     except ValueError as exc:
         click.echo(f"--export {engine}: {exc}", err=True)

@@ -25,7 +25,7 @@ import numpy as np
 if TYPE_CHECKING:
     from solver.baselines import Baseline
     from solver.config import ModelConfig, RigConfig
-    from solver.export import Offload
+    from solver.export import Launch, Line, Offload
     from solver.export_hosts import Hosts
     from solver.plan import Placement, Stage
     from solver.problem import Problem
@@ -124,6 +124,8 @@ class Engine:
     miss_rate_key: ClassVar[str | None] = None
     #: Keys the engine needs beyond the common ones.
     required: ClassVar[tuple[Required, ...]] = ()
+    #: The KV cache types (solver.kvcache) the engine runs, its default first.
+    kv_types: ClassVar[tuple[str, ...]] = ("f16",)
 
     def check_gpus(self, rig: RigConfig, doc: YamlDoc) -> None:
         """Raise an InputError (file, line, key) for a GPU whose speed the engine cannot know."""
@@ -173,6 +175,8 @@ class Engine:
         names: list[str] | None,
         extra_blocks: int,
         hosts: Hosts | None,
-    ) -> list[str]:
-        """Lines to paste that make the engine run the plan; ValueError for a plan it cannot express."""
+        launch: Launch,
+    ) -> list[Line]:
+        """The lines that make the engine run the plan (solver.shells writes them for a shell);
+        ValueError for a plan it cannot express."""
         raise NotImplementedError

@@ -18,8 +18,9 @@ import numpy as np
 from solver.engines.bandwidth import BytesSpeed, dense_ms, per_byte_ms, speed_of
 from solver.engines.base import PlanCell, Required, StageCell, StageFill, Weights
 from solver.engines.fill import Fills, Units, best_set, dense_table, pack
-from solver.export import device_order, llama_flags, stage_sizes
+from solver.export import Command, context_flag, device_order, llama_flags, placeholder, stage_sizes
 from solver.export_hosts import llama_rpc_lines
+from solver.kvcache import KV_TYPES
 from solver.rangewalk import need_table, room_of
 from solver.scales import FINE_TIME_SCALE, MASS_SCALE, SPARE_UNLIMITED
 from solver.units import format_size, per_layer
@@ -27,7 +28,7 @@ from solver.units import format_size, per_layer
 if TYPE_CHECKING:
     from solver.baselines import Baseline
     from solver.config import ModelConfig, RigConfig
-    from solver.export import Offload
+    from solver.export import Launch, Line, Offload
     from solver.export_hosts import Hosts
     from solver.problem import Problem
 
@@ -299,11 +300,16 @@ def llama_units(model: ModelConfig, host_bandwidth: int, experts: np.ndarray) ->
     }
 
 
+#: What stands in for the model file when the model file does not name it.
+GGUF_PLACEHOLDER = "your GGUF file (its first shard); a model from `solve model from-gguf` names it"
+
+
 class LlamaCpp(BytesSpeed):
     """llama.cpp: expert tensors on their layer's GPU or on the CPU, which runs them."""
 
     name = "llama.cpp"
     miss_rate_key = "host_bandwidth"
+    kv_types = tuple(KV_TYPES)
     columns: ClassVar[list[tuple[str, StageCell]]] = [
         ("experts on GPU", lambda s: format_size(s.cache_bytes)),
         ("tensors kept", lambda s: f"{s.held_pairs:,}/{s.visible_pairs:,}"),
@@ -371,11 +377,20 @@ class LlamaCpp(BytesSpeed):
         names: list[str] | None,
         extra_blocks: int,
         hosts: Hosts | None,
-    ) -> list[str]:
-        sizes = stage_sizes(cuts, n_layers)
-        flags = llama_flags(sizes, n_layers + extra_blocks, offload, names)
+        launch: Launch,
+    ) -> list[Line]:
+        """``llama-server -m MODEL.gguf -c CONTEXT --split-mode layer -ngl 999 --tensor-split ... -ot ...``
+        with ``-ctk/-ctv`` and ``-fa on`` for a KV cache type other than f16 and ``-fit off`` when asked;
+        across hosts, the rpc-server lines first."""
+        split = llama_flags(stage_sizes(cuts, n_layers), n_layers + extra_blocks, offload, names)
+        model, notes = placeholder(launch.gguf, "MODEL.gguf", GGUF_PLACEHOLDER)
+        context, more = context_flag("-c", launch.context)
+        tail = []
+        if launch.kv_type != self.kv_types[0]:  # a quantised V cache needs flash attention
+            tail = ["-ctk", launch.kv_type, "-ctv", launch.kv_type, "-fa", "on"]
+        tail += ["-fit", "off"] if launch.fit_off else []
+        head = ["llama-server", "-m", model, *context]
         if hosts is not None and hosts.spans(gpus):
-            split, *override = flags
-            servers, main, devices = llama_rpc_lines(hosts, gpus)
-            return [*servers, *main, devices, split, *override]
-        return [*device_order(gpus), *flags]
+            lines, env, devices = llama_rpc_lines(hosts, gpus)
+            return [*notes, *more, *lines, Command((*head, *devices, *split, *tail), env)]
+        return [*notes, *more, Command((*head, *split, *tail), device_order(gpus))]

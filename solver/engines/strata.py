@@ -8,14 +8,14 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 
 from solver.engines.base import Engine, PlanCell, StageCell, StageFill, Weights
-from solver.export import device_order
+from solver.export import Comment, Flags, Line, SetEnv, Text, device_order, joined
 from solver.rangewalk import RangeWalk, expert_prefix, need_table, walk_range, walk_table
 from solver.scales import MASS_SCALE, SPARE_UNLIMITED
 from solver.units import format_size
 
 if TYPE_CHECKING:
     from solver.config import RigConfig
-    from solver.export import Offload
+    from solver.export import Launch, Offload
     from solver.export_hosts import Hosts
     from solver.problem import Problem
     from solver.yamlfile import YamlDoc
@@ -123,13 +123,15 @@ class Strata(Engine):
         names: list[str] | None,
         extra_blocks: int,
         hosts: Hosts | None,
-    ) -> list[str]:
+        launch: Launch,
+    ) -> list[Line]:
+        """``--layer-split CUTS`` for the engine's command and its JSON config line."""
         if offload:
             raise ValueError("strata keeps every weight on its GPU: nothing to offload")
         if hosts is not None and hosts.spans(gpus):
             raise ValueError("strata runs on one machine: its plan cannot span hosts")
-        lines = device_order(gpus)
-        config = f'"layer_split": {list(cuts)}'
+        lines: list[Line] = [SetEnv(name, value) for name, value in device_order(gpus)]
+        config = Text(f'"layer_split": {list(cuts)}')
         if not cuts:  # one stage: an empty --layer-split would be a broken flag
-            return [*lines, "# one GPU runs every layer: no --layer-split needed", config]
-        return [*lines, f"--layer-split {','.join(map(str, cuts))}", config]
+            return [*lines, Comment("one GPU runs every layer: no --layer-split needed"), config]
+        return [*lines, Flags(("--layer-split", joined(cuts))), config]
