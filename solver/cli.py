@@ -288,6 +288,7 @@ def plan_cmd(
             from solver.plotting import plot_result
 
             plot_result(result, plot, shown_path(plot))
+            click.echo(f"wrote {shown_path(plot)}", err=True)
     except InputError as exc:
         click.echo(str(exc), err=True)
         sys.exit(EXIT_INPUT)

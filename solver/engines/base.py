@@ -107,6 +107,11 @@ def tokens(n: int | None) -> str:
     return "no limit" if n is None else f"{n:,}"
 
 
+def ms(value: float) -> str:
+    """A time in ms for a table cell whose header says ``ms``."""
+    return f"{value:.2f}"
+
+
 class Engine:
     """One engine's rules. Subclasses set ``name`` and override what differs; register them in
     solver.engines."""
@@ -116,10 +121,13 @@ class Engine:
     profile: ClassVar[bool] = False
     #: What a stage must hold, in words, for infeasibility messages.
     holds: ClassVar[str] = "weights, session"
-    #: The report's stage columns between the range and the compute time.
+    #: The report's stage columns after the GPU, its layers and room: what the stage holds and its
+    #: times per token (a header may take two lines; the table fits 80 columns).
     columns: ClassVar[list[tuple[str, StageCell]]] = []
     #: The report's plan-against-default rows after the window.
     summary: ClassVar[list[tuple[str, PlanCell]]] = []
+    #: What the time a stage spends on what it does not hold is called (plots).
+    miss_label: ClassVar[str] = "misses"
     #: The rate key that makes misses slow when it is too low (None: misses have no rate).
     miss_rate_key: ClassVar[str | None] = None
     #: Keys the engine needs beyond the common ones.

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 
 from solver.engines.bandwidth import BytesSpeed, dense_ms, per_byte_ms, speed_of
-from solver.engines.base import PlanCell, Required, StageCell, StageFill, Weights
+from solver.engines.base import PlanCell, Required, StageCell, StageFill, Weights, ms
 from solver.engines.fill import Fills, Units, best_set, dense_table, pack
 from solver.export import Command, context_flag, device_order, llama_flags, placeholder, stage_sizes
 from solver.export_hosts import llama_rpc_lines
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from solver.config import ModelConfig, RigConfig
     from solver.export import Launch, Line, Offload
     from solver.export_hosts import Hosts
+    from solver.plan import Placement
     from solver.problem import Problem
 
 #: Integer units per ms the fill decides in (1e-9 ms); lowered for a model whose sums would overflow.
@@ -304,20 +305,44 @@ def llama_units(model: ModelConfig, host_bandwidth: int, experts: np.ndarray) ->
 GGUF_PLACEHOLDER = "your GGUF file (its first shard); a model from `solve model from-gguf` names it"
 
 
+def _why_not(p: Problem, plan: Placement, n_cpu: int) -> str:
+    """Why the free-memory split with ``--n-cpu-moe n_cpu`` (the least that fits every GPU, or every
+    layer's experts on the CPU when none does) is no placement: the limit that binds, named."""
+    short = [s for s in plan.stages if not s.fits]
+    if short:
+        s = short[0]
+        need = format_size(s.cache_bytes - s.room_bytes)
+        return (
+            f"does not fit even with every expert on the CPU: GPU {s.gpu} ({s.name}) lacks {need} "
+            f"for its layers {s.start}-{s.end - 1}"
+        )
+    split = f"split by free memory, --n-cpu-moe {n_cpu}"
+    if p.host_memory is not None and plan.host_bytes > p.host_memory:
+        return (
+            f"{split} (the least that fits the GPUs) leaves {format_size(plan.host_bytes)} of experts in "
+            f"host memory, more than host_memory ({format_size(p.host_memory)})"
+        )
+    return f"{split} breaks a GPU's min_layers or max_layers"
+
+
 class LlamaCpp(BytesSpeed):
     """llama.cpp: expert tensors on their layer's GPU or on the CPU, which runs them."""
 
     name = "llama.cpp"
     miss_rate_key = "host_bandwidth"
+    miss_label = "CPU time (experts in host memory)"
     kv_types = tuple(KV_TYPES)
     columns: ClassVar[list[tuple[str, StageCell]]] = [
-        ("experts on GPU", lambda s: format_size(s.cache_bytes)),
-        ("tensors kept", lambda s: f"{s.held_pairs:,}/{s.visible_pairs:,}"),
-        ("on CPU", lambda s: format_size(s.host_bytes)),
-        ("CPU", lambda s: f"{s.miss_ms:.2f} ms"),
+        ("experts\non GPU", lambda s: format_size(s.cache_bytes)),
+        ("experts\non CPU", lambda s: format_size(s.host_bytes)),
+        ("GPU\nms", lambda s: ms(s.compute_ms)),
+        ("CPU\nms", lambda s: ms(s.miss_ms - s.switch_ms)),
+        ("switch\nms", lambda s: ms(s.switch_ms)),
     ]
     summary: ClassVar[list[tuple[str, PlanCell]]] = [
-        ("CPU time", lambda q: f"{sum(s.miss_ms for s in q.stages):.3f} ms"),
+        ("GPU time", lambda q: f"{sum(s.compute_ms for s in q.stages):.3f} ms"),
+        ("CPU time", lambda q: f"{sum(s.miss_ms - s.switch_ms for s in q.stages):.3f} ms"),
+        ("switches", lambda q: f"{sum(s.switch_ms for s in q.stages):.3f} ms"),
         ("experts on GPU", lambda q: format_size(sum(s.cache_bytes for s in q.stages))),
         ("experts on CPU", lambda q: format_size(q.host_bytes)),
     ]
@@ -356,8 +381,10 @@ class LlamaCpp(BytesSpeed):
             plan = evaluate(p, gpus, cuts, partial(cpu_moe_fill, n_cpu_moe=n_cpu))
             if feasible(p, plan):
                 return Baseline(cuts, True, plan, "free-memory", f"split by free memory, --n-cpu-moe {n_cpu}")
+            if all(stage.fits for stage in plan.stages):  # the least --n-cpu-moe that fits the GPUs
+                return Baseline(cuts, False, plan, "free-memory", _why_not(p, plan, n_cpu))
         plan = evaluate(p, gpus, cuts, partial(cpu_moe_fill, n_cpu_moe=p.n_layers))
-        return Baseline(cuts, False, plan, "free-memory", "does not fit even with every expert on the CPU")
+        return Baseline(cuts, False, plan, "free-memory", _why_not(p, plan, p.n_layers))
 
     def stage_json(self, stage) -> dict:
         return {

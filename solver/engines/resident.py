@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 
 from solver.engines.bandwidth import BytesSpeed, all_held_ms
-from solver.engines.base import PlanCell, StageCell, StageFill, Weights, tokens
+from solver.engines.base import PlanCell, StageCell, StageFill, Weights, ms, tokens
 from solver.export import Command, context_flag, device_order, joined, placeholder, stage_sizes
 from solver.export_hosts import sglang_node_lines, vllm_ray_lines
 from solver.rangewalk import expert_prefix, need_table, room_of
@@ -103,6 +103,7 @@ class Resident(BytesSpeed):
     columns: ClassVar[list[tuple[str, StageCell]]] = [
         ("experts", lambda s: format_size(s.cache_bytes)),
         ("spare KV", lambda s: tokens(s.spare_tokens) if s.fits else "does not fit"),
+        ("GPU\nms", lambda s: ms(s.compute_ms)),
     ]
     summary: ClassVar[list[tuple[str, PlanCell]]] = [
         ("spare KV", lambda q: tokens(q.spare_tokens) if all(s.fits for s in q.stages) else "-"),

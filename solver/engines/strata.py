@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
-from solver.engines.base import Engine, PlanCell, StageCell, StageFill, Weights
+from solver.engines.base import Engine, PlanCell, StageCell, StageFill, Weights, ms
 from solver.export import Comment, Flags, Line, SetEnv, Text, device_order, joined
 from solver.rangewalk import RangeWalk, expert_prefix, need_table, walk_range, walk_table
 from solver.scales import MASS_SCALE, SPARE_UNLIMITED
@@ -87,6 +87,7 @@ class Strata(Engine):
         ("cache", lambda s: format_size(s.cache_bytes)),
         ("pairs held", lambda s: f"{s.held_pairs:,}/{s.visible_pairs:,}"),
         ("mass", lambda s: f"{s.held_mass:.2%}"),
+        ("compute\nms", lambda s: ms(s.compute_ms)),
     ]
     summary: ClassVar[list[tuple[str, PlanCell]]] = [
         ("held mass", lambda q: f"{q.held_mass:.2%}"),
