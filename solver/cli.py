@@ -204,6 +204,16 @@ def _progress(enabled: bool) -> tuple[Callable[[str, float, float], None] | None
     is_flag=True,
     help="Add -fit off to the llama.cpp command: builds whose llama-server --help lists --fit.",
 )
+@click.option(
+    "--contexts",
+    callback=lambda _ctx, _param, value: _listed(value, "parse_contexts"),
+    help="Plan at each context (8K,32K,128K: K is 1,024 tokens) and print one table of tokens/s.",
+)
+@click.option(
+    "--kv-types",
+    callback=lambda _ctx, _param, value: _listed(value, "parse_kv_types"),
+    help="Plan with each KV cache type (f16,q8_0,q4_0), one table; with --contexts, every pair.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
 @click.option(
     "--out",
@@ -238,6 +248,8 @@ def plan_cmd(
     shell: str,
     kv_type: str | None,
     fit_off: bool,
+    contexts: list[int] | None,
+    kv_types: list[str] | None,
     as_json: bool,
     out: Path | None,
     plot: Path | None,
@@ -248,12 +260,22 @@ def plan_cmd(
     from solver.planner import plan_rig
     from solver.report import print_report, to_json
 
+    overrides = Overrides(model, profile, objective, order, context, engine, idle_gpus, kv_type)
+    if contexts is not None or kv_types is not None:
+        alone = {"--context": context, "--kv-type": kv_type, "--export": export, "--check": check or None}
+        clash = next((flag for flag, value in alone.items() if value is not None), None)
+        if clash:
+            raise click.UsageError(
+                f"{clash} plans one context and KV type; --contexts/--kv-types plan several"
+            )
+        limits = Limits(time_limit=time_limit, workers=workers)
+        _sweep(rig, overrides, contexts, kv_types, limits, as_json, out, plot)
+        return
     try:
         if plot:
             from solver.plotting import check_plot_file
 
             check_plot_file(plot, shown_path(plot))
-        overrides = Overrides(model, profile, objective, order, context, engine, idle_gpus, kv_type)
         problem = load_problem(rig, overrides)
         refused = check_export_engine(export, problem.engine) if export else None
         if refused:
@@ -308,6 +330,65 @@ def plan_cmd(
         sys.exit(EXIT_NO_PLAN)
     if result.oracle is not None and not result.oracle.agrees:
         sys.exit(EXIT_DISAGREE)
+
+
+def _listed(value: str | None, parser: str) -> list | None:
+    """A --contexts or --kv-types list, parsed by solver.sweep (imported only when one is given)."""
+    if value is None:
+        return None
+    from solver import sweep
+
+    try:
+        return getattr(sweep, parser)(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def _sweep(
+    rig: Path,
+    overrides: Overrides,
+    contexts: list[int] | None,
+    kv_types: list[str] | None,
+    limits: Limits,
+    as_json: bool,
+    out: Path | None,
+    plot: Path | None,
+) -> None:
+    """``--contexts``/``--kv-types``: plan every (context, KV type), one table (or a JSON list, or a
+    plot of tokens/s against context); exits 3 when no point has a plan."""
+    from solver.report import to_json
+    from solver.sweep import print_sweep, sweep
+
+    try:
+        if plot:
+            from solver.plotting import check_plot_file
+
+            check_plot_file(plot, shown_path(plot))
+        first = load_problem(rig, overrides)
+        for path in (out, plot):
+            if path:
+                output_kind(path, shown_path(path))
+                refuse_inputs(path, shown_path(path), [Path(f) for f in first.files.values()])
+        points = sweep(rig, overrides, contexts or [None], kv_types or [None], limits)
+        report = [to_json(pt.result) for pt in points]
+        if out:
+            with atomic_open(out, shown_path(out)) as f:
+                json.dump(report, f, indent=2)
+                f.write("\n")
+        if plot:
+            from solver.plotting import plot_sweep
+
+            plot_sweep(points, plot, shown_path(plot))
+            click.echo(f"wrote {shown_path(plot)}", err=True)
+    except InputError as exc:
+        click.echo(str(exc), err=True)
+        sys.exit(EXIT_INPUT)
+    if as_json:
+        click.echo(json.dumps(report, indent=2))
+    else:
+        print_sweep(points, make_console())
+    if all(pt.result.plan is None for pt in points):
+        sys.exit(EXIT_NO_PLAN)
 
 
 def _export_lines(engine: str, result: Result, shell: str, fit_off: bool) -> list[str]:

@@ -33,10 +33,11 @@ def print_lines(console: Console, *renderables: object) -> None:
 NARROWEST_NAME = 6
 
 
-def fit_names(table: Table, console: Console) -> None:
-    """Let the table's first column (names, which may wrap) narrow until the table fits the console, so
-    rich never shortens a number or a layer range to ``...``. Tables that fit are left alone."""
-    column = table.columns[0]
+def fit_names(table: Table, console: Console, column_index: int = 0) -> None:
+    """Let one column of words that may wrap (by default the first: names) narrow until the table fits
+    the console, so rich never shortens a number or a layer range to ``...``. Tables that fit are left
+    alone."""
+    column = table.columns[column_index]
     unbounded = console.options.update_width(10**6)
     natural = console.measure(table, options=unbounded).maximum
     if natural <= console.width:

@@ -25,6 +25,7 @@ from solver.errors import InputError
 from solver.plan import Placement, Stage
 from solver.planner import Result
 from solver.problem import Problem
+from solver.sweep import Point, short_context
 
 #: Binary units for the VRAM axis, largest first; the plot uses the largest that fits the biggest card.
 UNITS = (("GiB", 2.0**30), ("MiB", 2.0**20), ("KiB", 2.0**10), ("B", 1.0))
@@ -274,8 +275,14 @@ def plot_result(r: Result, path: Path, shown: str) -> None:
         f"context {p.context:,}\npredicted time per token: {windows}",
         fontsize=11,
     )
+    _save(fig, plt, path, shown)
+
+
+def _save(fig: Any, plt: Any, path: Path, shown: str) -> None:
+    """Write the figure atomically in the format the extension names, with no date in it (the same plan
+    gives the same file), and close it."""
     fmt = check_plot_file(path, shown)
-    metadata = {"png": {}, "svg": {"Date": None}, "pdf": {"CreationDate": None}}[fmt]  # same plan, same file
+    metadata = {"png": {}, "svg": {"Date": None}, "pdf": {"CreationDate": None}}[fmt]
     try:
         with atomic_open(path, shown, binary=True) as f:
             fig.savefig(f, format=fmt, dpi=110, metadata=metadata)
@@ -283,3 +290,43 @@ def plot_result(r: Result, path: Path, shown: str) -> None:
         raise InputError(shown, f"cannot draw the plot: {exc}") from None
     finally:
         plt.close(fig)
+
+
+def plot_sweep(points: list[Point], path: Path, shown: str) -> None:
+    """Tokens per second against context, one line per KV cache type: the plan solid, the engine's
+    default dashed (where it fits); written atomically to ``path`` in the format its extension names."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    p = points[0].result.problem
+    default = points[0].result.compared.name
+    fig, ax = plt.subplots(figsize=(8.0, 5.0), layout="constrained")
+    colours = (PLAN_COLOUR, BASE_COLOUR, "#009E73")
+    kv_types = list(dict.fromkeys(pt.kv_type for pt in points))
+    for kv, colour in zip(kv_types, colours):
+        mine = [pt for pt in points if pt.kv_type == kv]
+        planned = [(pt.context, pt.result.plan.tokens_per_s) for pt in mine if pt.result.plan]
+        base = [
+            (pt.context, pt.result.compared.plan.tokens_per_s)
+            for pt in mine
+            if pt.result.compared.plan is not None and pt.result.compared.feasible
+        ]
+        if planned:
+            ax.plot(*zip(*planned), "o-", color=colour, label=f"plan, {kv} KV cache")
+        if base:
+            ax.plot(*zip(*base), "x--", color=colour, alpha=0.7, label=f"{default}, {kv} KV cache")
+    contexts = sorted({pt.context for pt in points if pt.context > 0})
+    if contexts and contexts[-1] > 2 * contexts[0]:
+        ax.set_xscale("log", base=2)
+    ax.set_xticks(contexts, [short_context(c) for c in contexts])
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel("context (tokens of KV cache)")
+    ax.set_ylabel("tokens per second (predicted)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(
+        f"{p.rig}: {p.model} on {p.n_gpus} GPU{'s' if p.n_gpus > 1 else ''}, engine {p.engine}", fontsize=10
+    )
+    _save(fig, plt, path, shown)

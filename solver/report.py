@@ -85,6 +85,7 @@ def to_json(r: Result) -> dict:
         "objective": p.objective,
         "order": p.order,
         "context": p.context,
+        "kv_type": p.kv_type,
         "status": r.status,
         "window_ms": plan.window_ms if plan else None,
         "tokens_per_s": plan.tokens_per_s if plan else None,

@@ -126,6 +126,8 @@ class Engine:
     columns: ClassVar[list[tuple[str, StageCell]]] = []
     #: The report's plan-against-default rows after the window.
     summary: ClassVar[list[tuple[str, PlanCell]]] = []
+    #: The context sweep's columns (solver.sweep): what a longer context costs the plan.
+    sweep: ClassVar[list[tuple[str, PlanCell]]] = []
     #: What the time a stage spends on what it does not hold is called (plots).
     miss_label: ClassVar[str] = "misses"
     #: The rate key that makes misses slow when it is too low (None: misses have no rate).

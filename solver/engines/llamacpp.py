@@ -346,6 +346,10 @@ class LlamaCpp(BytesSpeed):
         ("experts on GPU", lambda q: format_size(sum(s.cache_bytes for s in q.stages))),
         ("experts on CPU", lambda q: format_size(q.host_bytes)),
     ]
+    sweep: ClassVar[list[tuple[str, PlanCell]]] = [
+        ("experts\non CPU", lambda q: format_size(q.host_bytes)),
+        ("CPU\nms", lambda q: ms(sum(s.miss_ms - s.switch_ms for s in q.stages))),
+    ]
     required = (
         Required("model", "active_experts", "the experts each token uses per MoE layer"),
         Required("rig", "host_bandwidth", "how fast the CPU streams offloaded experts, e.g. '60 GB/s'"),

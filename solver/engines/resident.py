@@ -108,6 +108,7 @@ class Resident(BytesSpeed):
     summary: ClassVar[list[tuple[str, PlanCell]]] = [
         ("spare KV", lambda q: tokens(q.spare_tokens) if all(s.fits for s in q.stages) else "-"),
     ]
+    sweep: ClassVar[list[tuple[str, PlanCell]]] = [("spare KV", lambda q: tokens(q.spare_tokens))]
 
     def problem_fields(self, rig: RigConfig, model: ModelConfig, experts: np.ndarray) -> dict:
         return self.speed_fields(rig, model, experts)

@@ -95,6 +95,10 @@ class Strata(Engine):
         ("cache", lambda q: format_size(sum(s.cache_bytes for s in q.stages))),
         ("experts in host RAM", lambda q: format_size(q.host_bytes)),
     ]
+    sweep: ClassVar[list[tuple[str, PlanCell]]] = [
+        ("held\nmass", lambda q: f"{q.held_mass:.2%}"),
+        ("cache", lambda q: format_size(sum(s.cache_bytes for s in q.stages))),
+    ]
 
     def check_gpus(self, rig: RigConfig, doc: YamlDoc) -> None:
         """Every GPU needs its time per layer: ``layer_ms``, or ``sms`` and ``clock_ghz`` to estimate it."""
