@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 
@@ -46,3 +47,43 @@ def fit_names(table: Table, console: Console, column_index: int = 0) -> None:
     widest = max(console.measure(c, options=unbounded).maximum for c in cells)
     column.no_wrap, column.overflow = False, "fold"
     column.max_width = max(NARROWEST_NAME, widest - (natural - console.width))
+
+
+def split_to_fit(table: Table, console: Console) -> list[Table]:
+    """The table as it is when it fits the console, else as several tables side by side in turn: each
+    repeats the first column (what the rows are) and takes as many of the others as fit, so a wide table
+    in a narrow terminal reads in parts instead of with every cell cut to ``...``."""
+    unbounded = console.options.update_width(10**6)
+    if console.measure(table, options=unbounded).maximum <= console.width or len(table.columns) < 3:
+        return [table]
+    parts: list[Table] = []
+    group: list[int] = []
+    for i in range(1, len(table.columns)):
+        trial = _part(table, [*group, i], first=not parts)
+        if group and console.measure(trial, options=unbounded).maximum > console.width:
+            parts.append(_part(table, group, first=not parts))
+            group = [i]
+        else:
+            group.append(i)
+    parts.append(_part(table, group, first=not parts))
+    return parts
+
+
+def _part(table: Table, columns: list[int], first: bool) -> Table:
+    """A table of the first column and ``columns`` of ``table``, its rows and look (the title once)."""
+    part = Table(
+        title=table.title if first else None,
+        title_justify=table.title_justify,
+        box=table.box,
+        show_header=table.show_header,
+        pad_edge=table.pad_edge,
+        collapse_padding=table.collapse_padding,
+        padding=table.padding,
+        show_lines=table.show_lines,
+    )
+    for j, i in enumerate([0, *columns]):
+        part.columns.append(
+            dataclasses.replace(table.columns[i], _index=j, _cells=list(table.columns[i].cells))
+        )
+    part.rows = list(table.rows)
+    return part

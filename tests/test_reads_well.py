@@ -89,3 +89,16 @@ def test_plot_says_where_it_wrote(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     res = run(tiny_rig(tmp_path), "--plot", "plan.svg")
     assert res.exit_code == 0 and res.stderr.splitlines()[0] == "wrote plan.svg"
+
+
+def test_wide_tables_split_into_parts_that_fit(tmp_path):
+    """solve bench's table has 14 columns: in 80 it prints as parts, each led by the rig column, with
+    every cell whole; profile show fits as it is."""
+    rig = tiny_rig(tmp_path)
+    res = run("bench", "--rig", rig, "--repeat", "1", "--budget", "0")
+    assert res.exit_code == 0, res.output
+    check_lines(res.stdout)
+    assert res.stdout.count("┃ rig ") >= 2 and "end-to-end" in res.stdout and "import" in res.stdout
+    show = run("profile", "show", ROOT / "models" / "profiles" / "qwen3-next-80b-a3b.txt")
+    assert show.exit_code == 0, show.output
+    check_lines(show.stdout)
