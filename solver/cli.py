@@ -67,8 +67,16 @@ class _DefaultToPlan(click.Group):
         ("solve rigs/box.yaml --order auto --check", "also choose the GPU order; verify with an oracle"),
         ("solve rigs/duo.yaml --json --out plan.json", "the plan as one JSON object, also saved to a file"),
         ("solve rigs/box.yaml --context 65536 --export strata", "plan a 64K context; print the engine flags"),
+        ("solve rigs/llama-mix.yaml --contexts 8K,32K,128K --kv-types f16,q8_0", "tokens/s at each context"),
         ("solve rigs/box.yaml --plot plan.svg", "draw VRAM and compute per GPU (.png, .svg or .pdf)"),
-        ("solve rigs/llama-mix.yaml --export llama.cpp", "plan for llama.cpp; print -ts and the -ot regex"),
+        (
+            "solve rigs/llama-mix.yaml --export llama.cpp",
+            "plan for llama.cpp; print the llama-server command",
+        ),
+        (
+            "solve rigs/llama-mix.yaml --export llama.cpp --shell powershell",
+            "the same, quoted for PowerShell",
+        ),
         ("solve rigs/vllm-mix.yaml --objective throughput", "plan vLLM stages for batched serving"),
         ("solve probe -o rigs/mine.yaml", "write a rig from this machine's GPUs, to edit and plan"),
         ('solve rig new "RTX 4090" "RTX 3090" -o rigs/mine.yaml', "or from card names, without NVML"),
@@ -206,11 +214,13 @@ def _progress(enabled: bool) -> tuple[Callable[[str, float, float], None] | None
 )
 @click.option(
     "--contexts",
+    metavar="LIST",
     callback=lambda _ctx, _param, value: _listed(value, "parse_contexts"),
     help="Plan at each context (8K,32K,128K: K is 1,024 tokens) and print one table of tokens/s.",
 )
 @click.option(
     "--kv-types",
+    metavar="LIST",
     callback=lambda _ctx, _param, value: _listed(value, "parse_kv_types"),
     help="Plan with each KV cache type (f16,q8_0,q4_0), one table; with --contexts, every pair.",
 )
@@ -223,8 +233,8 @@ def _progress(enabled: bool) -> tuple[Callable[[str, float, float], None] | None
 @click.option(
     "--plot",
     type=click.Path(path_type=Path),
-    help="Draw VRAM and compute per GPU and the mass curve to FILE: .png, .svg or .pdf "
-    "(needs moesplit[plot]).",
+    help="Draw VRAM and time per GPU beside the engine's default (with --contexts: tokens/s against "
+    "context) to FILE: .png, .svg or .pdf (needs moesplit[plot]).",
 )
 @click.option(
     "--workers",
