@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import os
@@ -19,7 +20,7 @@ from solver import interrupt
 from solver.atomicfile import atomic_open, output_kind, refuse_inputs
 from solver.config import shown_path
 from solver.console import console as make_console
-from solver.engines import ENGINES, export_lines
+from solver.engines import ENGINES, engine_named, export_lines
 from solver.errors import InputError
 from solver.export import Launch, Offload, check_export_engine
 from solver.export_hosts import Hosts
@@ -332,7 +333,7 @@ def plan_cmd(
         console = make_console()
         print_report(result, console)
         if flags:
-            what = "flags" if export == "strata" else "command"
+            what = engine_named(export).export_noun
             console.print(f"\n[bold]{export}[/bold] {what} ({shell}):")
             for line in flags:
                 click.echo(line)
@@ -375,6 +376,8 @@ def _sweep(
 
             check_plot_file(plot, shown_path(plot))
         first = load_problem(rig, overrides)
+        for kv in kv_types or []:  # each type the engine runs, checked before any planning
+            load_problem(rig, dataclasses.replace(overrides, kv_type=kv))
         for path in (out, plot):
             if path:
                 output_kind(path, shown_path(path))

@@ -8,6 +8,7 @@ side: tokens per second, the engine's default beside it, and what moved to the C
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,7 +74,7 @@ def sweep(
     points = []
     for kv in kv_types:
         for context in contexts:
-            ov = Overrides(**{**overrides.__dict__, "context": context, "kv_type": kv})
+            ov = dataclasses.replace(overrides, context=context, kv_type=kv)
             r = plan_rig(load_problem(rig, ov), limits)
             points.append(Point(r.problem.context, r.problem.kv_type, r))
     return points

@@ -4,6 +4,7 @@ the context and the KV cache type the plan assumed, and the KV type changes what
 from __future__ import annotations
 
 import json
+from fractions import Fraction
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -122,6 +123,8 @@ def test_from_hf_knows_what_vllm_serves(tmp_path):
     cached.parent.mkdir(parents=True)
     cached.write_text((HF / "qwen3-30b-a3b.json").read_text())
     assert checkpoint_of(cached) == "Qwen/Qwen3-30B-A3B-FP8"
+    named = run("model", "from-hf", cached, "--weights", "FP8").stdout
+    assert 'name: "Qwen3-30B-A3B-FP8"' in named  # not the revision folder's hash
     local = tmp_path / "ckpt" / "config.json"
     local.parent.mkdir()
     local.write_text(cached.read_text())
@@ -141,3 +144,13 @@ def test_from_hf_knows_what_vllm_serves(tmp_path):
     d = plan_json(rig, "--export", "vllm")
     argv = main_argv(d["export"]["lines"])
     assert argv[:3] == ["vllm", "serve", str(tmp_path / "ckpt")] and argv[-2:] == ["--max-model-len", "32768"]
+
+
+def test_kv_types_agree_with_ggml():
+    """The planner's bytes per cached value are ggml's block sizes, as the importers write them."""
+    from solver.importers.ggmltypes import KV_TYPES as GGML
+    from solver.kvcache import KV_TYPES
+
+    assert set(KV_TYPES) == set(GGML)
+    for name, kind in GGML.items():
+        assert KV_TYPES[name] == Fraction(kind.size, kind.block), name

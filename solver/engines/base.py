@@ -134,6 +134,8 @@ class Engine:
     miss_rate_key: ClassVar[str | None] = None
     #: Keys the engine needs beyond the common ones.
     required: ClassVar[tuple[Required, ...]] = ()
+    #: What ``--export`` prints, in a word: a command to paste, or flags for one the user starts.
+    export_noun: ClassVar[str] = "command"
     #: The KV cache types (solver.kvcache) the engine runs, its default first.
     kv_types: ClassVar[tuple[str, ...]] = ("f16",)
 

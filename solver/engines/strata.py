@@ -83,6 +83,7 @@ class Strata(Engine):
 
     name = "strata"
     profile = True
+    export_noun = "flags"
     columns: ClassVar[list[tuple[str, StageCell]]] = [
         ("cache", lambda s: format_size(s.cache_bytes)),
         ("pairs held", lambda s: f"{s.held_pairs:,}/{s.visible_pairs:,}"),

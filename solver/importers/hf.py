@@ -727,6 +727,9 @@ def _default_name(data: dict[str, Any], path: Path) -> str:
     named = data.get("_name_or_path")
     if isinstance(named, str) and named.strip():
         return named.rstrip("/").split("/")[-1]
+    cached = checkpoint_of(path)
+    if isinstance(cached, str):  # Hugging Face's cache: the repository's name, not the revision's hash
+        return cached.split("/")[-1]
     return path.parent.name if path.name == "config.json" and path.parent.name else path.stem
 
 
