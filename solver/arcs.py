@@ -22,6 +22,7 @@ list, then the smallest GPU order.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -256,6 +257,7 @@ def _twins(p: Problem) -> list[tuple[int, int]]:
             int(p.min_layers[g]),
             int(p.max_layers[g]),
             int(p.hosts[g]),
+            *(() if p.speed is None else (float(p.speed.bandwidth[g]), bool(p.speed.given[g]))),
         )
         for g in range(p.n_gpus)
     ]
@@ -336,7 +338,7 @@ def gpu_classes(arcs: Arcs) -> np.ndarray:
 
 def free_order_states(arcs: Arcs) -> int:
     """How many states the exact free-order pass needs: the ways to have used some of each class."""
-    return int(np.prod(np.bincount(gpu_classes(arcs)) + 1))
+    return math.prod(int(m) + 1 for m in np.bincount(gpu_classes(arcs)))
 
 
 def _through_by_classes(arcs: Arcs, weight: np.ndarray, worst: int, better: np.ufunc) -> np.ndarray:

@@ -53,7 +53,7 @@ class _DefaultToPlan(click.Group):
     Subcommands in ``LAZY`` are imported only when named, so ``solve RIG`` never loads them.
     """
 
-    LAZY: ClassVar[dict[str, str]] = {"bench": "solver.bench:bench"}
+    LAZY: ClassVar[dict[str, str]] = {"bench": "solver.bench:bench", "score": "solver.score_cli:score"}
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         known = (*self.commands, *self.LAZY, "--help", "-h", "--version")
@@ -79,6 +79,7 @@ class _DefaultToPlan(click.Group):
             "the same, quoted for PowerShell",
         ),
         ("solve rigs/vllm-mix.yaml --objective throughput", "plan vLLM stages for batched serving"),
+        ("solve score rigs/llama-mix.yaml -- -ngl 99 -ncmoe 80", "what your llama.cpp command does, per GPU"),
         ("solve probe -o rigs/mine.yaml", "write a rig from this machine's GPUs, to edit and plan"),
         ('solve rig new "RTX 4090" "RTX 3090" -o rigs/mine.yaml', "or from card names, without NVML"),
     )
@@ -267,7 +268,9 @@ def plan_cmd(
     workers: int,
 ) -> None:
     """Plan RIG: choose the cuts (and GPU order) that minimise the decode window."""
-    started = time.perf_counter()  # --time-limit counts from here: reading the files counts too
+    started = (
+        interrupt.take_start() or time.perf_counter()
+    )  # --time-limit counts the imports and the files too
     from solver.planner import plan_rig
     from solver.report import print_report, to_json
 
@@ -412,7 +415,7 @@ def _export_lines(engine: str, result: Result, shell: str, fit_off: bool) -> lis
     hosts = None
     if len(p.host_names) > 1:  # the machine listed first in the rig runs the main command
         hosts = Hosts(tuple(p.host_names[h] for h in p.hosts), local=p.host_names[0])
-    launch = Launch(gguf=p.gguf, hf_model=p.hf_model, context=p.context, kv_type=p.kv_type, fit_off=fit_off)
+    launch = Launch.of(p, fit_off)
     try:
         return export_lines(
             engine,

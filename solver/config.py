@@ -123,6 +123,7 @@ class GpuConfig(_Strict):
     max_layers: Count | None = None
     host: Name = "local"
     mem_bandwidth: Rate | None = None
+    buffer: Size | None = None
 
 
 class RigConfig(_Strict):
@@ -148,6 +149,7 @@ class RigConfig(_Strict):
     switch_ms: NonNegMs | None = None
     depth: Annotated[int, Field(ge=0, le=COUNT_MAX)] = 0
     kv_type: KvType | None = None
+    gpu_memory_utilization: Share | None = None
     gpus: Annotated[list[GpuConfig], Field(min_length=1)]
 
 
@@ -174,6 +176,8 @@ class ModelConfig(_Strict):
     kv_type: KvType = "f16"
     gguf: FilePath | None = None
     hf_model: FilePath | None = None
+    vocab_size: Count | None = None
+    embedding_bytes: Size = 0
 
 
 _MESSAGES = {"missing": "missing (required)"}

@@ -34,6 +34,13 @@ class InputError(Exception):
         return f"{where}: {self.key}: {self.message}" if self.key else f"{where}: {self.message}"
 
 
+class ArgsError(ValueError):
+    """An engine command line the engine would refuse, or one a score cannot read; one line."""
+
+    def __init__(self, message: str):
+        super().__init__(one_line(message))
+
+
 def read_input(path: Path, shown: str, what: str) -> bytes:
     """The bytes of an input file; a missing file, a directory or a read error is an InputError.
 

@@ -22,6 +22,8 @@ tied plans, and CP-SAT then settles the tie-breaks on a handful of arcs
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from solver.arcs import Arcs, gpu_classes
@@ -48,8 +50,7 @@ def _host_states(members: list[int], mult: np.ndarray) -> tuple[np.ndarray, np.n
     """Mixed-radix strides of a host's classes and the counts per class of each state."""
     radix = mult[members] + 1
     stride = np.concatenate([[1], np.cumprod(radix)[:-1]]).astype(np.int64)
-    states = int(np.prod(radix))
-    counts = (np.arange(states)[:, None] // stride[None, :]) % radix[None, :]
+    counts = (np.arange(math.prod(int(r) for r in radix))[:, None] // stride[None, :]) % radix[None, :]
     return stride, counts
 
 
@@ -72,9 +73,9 @@ def exact_through(arcs: Arcs, weight: np.ndarray, op: np.ufunc = np.add) -> tupl
     blocks[cls[arcs.gpu], arcs.start, arcs.end] = weight.astype(np.float64)
     hosts = arcs.n_hosts
     members = [np.flatnonzero(cls_host == h).tolist() for h in range(hosts)]
+    if any(math.prod(int(mult[c]) + 1 for c in m) * n * n > MAX_CELLS for m in members):
+        return None  # (Python ints: the states of 64 classes overflow int64)
     layout = [_host_states(m, mult) for m in members]
-    if any(len(c) * n * n > MAX_CELLS for _, c in layout):
-        return None
     none = 0.0 if op is np.add else -np.inf  # what covering nothing weighs
     inside = [
         _inside(blocks, m, stride, counts, mult, n, op, none) for m, (stride, counts) in zip(members, layout)

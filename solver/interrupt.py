@@ -15,6 +15,7 @@ import contextlib
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import TYPE_CHECKING, Any
@@ -83,8 +84,22 @@ def run(command: Callable[[], object]) -> None:
         sys.exit(EXIT_INTERRUPTED)
 
 
+#: When the ``solve`` console script started (None: not run as the script, or already taken), so that
+#: ``--time-limit`` counts the imports too.
+_started: float | None = None
+
+
+def take_start() -> float | None:
+    """The script's start time, once: a later command in the same process starts its own clock."""
+    global _started
+    started, _started = _started, None
+    return started
+
+
 def main() -> None:
     """The ``solve`` console script: the handler goes in before the CLI's imports, which take a while."""
+    global _started
+    _started = time.perf_counter()
 
     def command() -> None:
         from solver.cli import cli

@@ -14,6 +14,7 @@ import click
 
 from solver.atomicfile import refuse_inputs, write_atomic
 from solver.config import host_problem, load_model, shown_path
+from solver.engines import DEFAULT_ENGINE, ENGINES, engine_named
 from solver.errors import InputError
 
 EXIT_INPUT = 2
@@ -160,8 +161,8 @@ def rig_group() -> None:
 @click.argument("cards", nargs=-1)
 @click.option(
     "--engine",
-    type=click.Choice(["strata", "llama.cpp", "vllm", "sglang"]),
-    default="strata",
+    type=click.Choice(ENGINES),
+    default=DEFAULT_ENGINE,
     show_default=True,
     help="Engine the rig plans for; the rig gets only the keys it reads.",
 )
@@ -206,16 +207,19 @@ def rig_new_cmd(
         reserve_bytes = parse_size(reserve)
     except ValueError as exc:
         _fail(f"--reserve: {exc}")
-    if engine == "llama.cpp" and host_bandwidth is None:
+    rules = engine_named(engine)
+    needs_rate = any(r.key == "host_bandwidth" for r in rules.required)
+    if needs_rate and host_bandwidth is None:
         _fail(
-            "--engine llama.cpp needs --host-bandwidth: your RAM's rate, e.g. --host-bandwidth DDR5-5600x2 "
+            f"--engine {engine} needs --host-bandwidth: your RAM's rate, e.g. --host-bandwidth DDR5-5600x2 "
             "(two channels of DDR5-5600) or --host-bandwidth '60 GB/s'"
         )
-    if host_bandwidth is not None and engine != "llama.cpp":
-        why = "prices misses with miss_ms" if engine == "strata" else "keeps every weight in VRAM"
-        _fail(f"--host-bandwidth: engine {engine} {why}; only llama.cpp reads host_bandwidth")
-    if host_memory is not None and engine in ("vllm", "sglang"):
-        _fail(f"--host-memory: engine {engine} keeps every weight in VRAM; it reads no host_memory")
+    for option, key, given in (
+        ("--host-bandwidth", "host_bandwidth", host_bandwidth),
+        ("--host-memory", "host_memory", host_memory),
+    ):
+        if given is not None and key not in rules.rig_keys:
+            _fail(f"{option}: engine {engine} ({rules.note}) reads no {key}")
     bad = host_problem([c.split(":", 1)[0].strip() if ":" in c else None for c in cards])
     if bad is not None:
         _fail(f"solve rig new: {cards[bad[0]]!r}: host {bad[1]}")
@@ -233,7 +237,7 @@ def rig_new_cmd(
         if model is not None:
             load_model(model)
         options = {
-            "--engine": engine if engine != "strata" else None,
+            "--engine": engine if engine != DEFAULT_ENGINE else None,
             "--host-bandwidth": host_bandwidth,
             "--host-memory": host_memory,
             "--model": model,

@@ -25,6 +25,7 @@ from solver.solvers import Limits, Solution, TooLarge
 from solver.solvers.cpsat import forced_time, solve_cpsat
 from solver.solvers.dp import MAX_STATES_FREE_ORDER, dp_states, solve_dp
 from solver.solvers.exhaustive import count_placements, solve_exhaustive
+from solver.solvers.orders import solve_in_orders
 from solver.solvers.proportional import solve_proportional
 from solver.solvers.pruned import applies, solve_pruned
 from solver.solvers.subsetdp import MAX_STEPS, forced_times, subset_steps
@@ -71,19 +72,24 @@ class Result:
         return self.default or self.baseline
 
 
-def dp_hint(arcs: Arcs) -> Solution | None:
+def dp_hint(arcs: Arcs, limits: Limits | None = None) -> Solution | None:
     """The DP's best plan in rig order: exact when the order is fixed, a start when it is free (over
     hosts, in rig order with each host's GPUs brought together, so its stages form one run).
 
-    None when there is none, or when the DP cannot answer under the host-memory limit."""
+    None when there is none, or when the DP cannot answer under the host-memory limit. Without
+    idle GPUs it is the plain DP over k + 1 stages, the cheapest plan there is: it runs to the end
+    even past the deadline, so a limit spent before planning still answers with it; with idle GPUs
+    the host/idle DP stops at the deadline of ``limits`` (None before it has a plan)."""
+    limits = limits if arcs.idle else None
     try:
         if arcs.order == "auto" and arcs.n_hosts > 1:
-            sol = _dp_in_order(arcs, tuple(int(g) for g in np.argsort(arcs.hosts, kind="stable")))
+            order = tuple(int(g) for g in np.argsort(arcs.hosts, kind="stable"))
+            sol = _dp_in_order(arcs, order, limits)
         else:
             fixed = (
                 arcs if arcs.order == "as-given" else dataclasses.replace(arcs, order="as-given", twins=[])
             )
-            sol = solve_dp(fixed)
+            sol = solve_dp(fixed, limits)
     except TooLarge:
         return None
     return sol if sol.found else None
@@ -98,18 +104,18 @@ def solve_plan(arcs: Arcs, limits: Limits) -> Solution:
     """The product's answer: the exact DP where it is cheap, else CP-SAT hinted by the DP.
 
     Idle GPUs or a free order over hosts (SPEC 8): the host/idle DP, else (its size, or a
-    host-memory limit its optimum breaks) the cut solve or CP-SAT."""
-    if arcs.subsets:
+    host-memory limit its optimum breaks) the cut solve or CP-SAT. Every solver here stops at
+    ``limits``' deadline with the best plan it has."""
+    if arcs.subsets or dp_work(arcs) <= DP_FIRST_WORK:
         try:
-            return solve_dp(arcs, limits)
-        except TooLarge:
-            return _pruned_or_cpsat(arcs, limits, dp_hint(arcs))
-    if dp_work(arcs) <= DP_FIRST_WORK:
-        try:
-            return solve_dp(arcs)
-        except TooLarge:  # a host-memory limit that the DP's optimum breaks
+            got = solve_dp(arcs, limits)
+            if got.status != "unknown":
+                return got
+        except TooLarge:  # its size, or a host-memory limit that the DP's optimum breaks
             pass
-    return _pruned_or_cpsat(arcs, limits, dp_hint(arcs) if len(arcs) else None)
+    # (or the deadline stopped the DP before it had a plan: the cut solve stops at once with the
+    # hint, if any, and a bound)
+    return _pruned_or_cpsat(arcs, limits, dp_hint(arcs, limits) if len(arcs) else None)
 
 
 def _pruned_or_cpsat(arcs: Arcs, limits: Limits, hint: Solution | None) -> Solution:
@@ -154,31 +160,42 @@ def pick_oracle(arcs: Arcs, solution: Solution) -> str:
     return "dp in the chosen GPU order"
 
 
-def _dp_in_order(arcs: Arcs, gpus: tuple[int, ...]) -> Solution:
+def _dp_in_order(arcs: Arcs, gpus: tuple[int, ...], limits: Limits | None = None) -> Solution:
     """The DP with the order fixed to ``gpus``: GPUs renumbered by stage, answers mapped back."""
     stage_of = np.empty(arcs.n_gpus, dtype=np.int64)
     stage_of[list(gpus)] = np.arange(arcs.n_gpus)
     hosts = arcs.hosts[list(gpus)]  # stage s runs on GPU gpus[s], on its host
     got = solve_dp(
-        dataclasses.replace(arcs, gpu=stage_of[arcs.gpu], order="as-given", twins=[], gpu_host=hosts)
+        dataclasses.replace(arcs, gpu=stage_of[arcs.gpu], order="as-given", twins=[], gpu_host=hosts), limits
     )
     return dataclasses.replace(got, gpus=tuple(gpus[s] for s in got.gpus))
 
 
-def run_oracle(p: Problem, arcs: Arcs, solution: Solution, limits: Limits) -> Oracle:
-    """Solve again with an oracle and compare plans (an unproven plan need only be no better)."""
-    name = pick_oracle(arcs, solution)
+def run_oracle(
+    p: Problem, arcs: Arcs, solution: Solution, limits: Limits, orders: list[tuple[int, ...]] | None = None
+) -> Oracle:
+    """Solve again with an oracle and compare plans (an unproven plan need only be no better). With the
+    engine's allowed ``orders``, enumeration in each of them."""
+    small = orders is not None and count_placements(arcs) <= EXHAUSTIVE_CHECK_LIMIT
+    if orders is not None:
+        name = "exhaustive in the engine's orders" if small else "dp in the chosen GPU order"
+    else:
+        name = pick_oracle(arcs, solution)
     try:
-        if name == "exhaustive":
+        if small:
+            got = solve_in_orders(arcs, orders, solve_exhaustive)
+        elif name == "exhaustive":
             got = solve_exhaustive(arcs)
         elif name == "dp":
-            got = solve_dp(arcs)
+            got = solve_dp(arcs, limits)
         elif name == "cp-sat":  # proves every level itself; the DP's plan only guides its search
-            got = solve_cpsat(arcs, limits, hint=dp_hint(arcs))
+            got = solve_cpsat(arcs, limits, hint=dp_hint(arcs, limits))
         else:
-            got = _dp_in_order(arcs, solution.gpus)
+            got = _dp_in_order(arcs, solution.gpus, limits)
     except TooLarge:
         return Oracle(name, "skipped", None, True, 0.0)
+    if got.status == "unknown":  # the time limit stopped it before any plan: nothing to compare
+        return Oracle(name, "stopped", None, True, got.info.get("wall_ms", 0.0))
     plan = evaluate(p, got.gpus, got.cuts) if got.found else None
     if (solution.status == "optimal" or not solution.found) and got.status != "feasible":
         agrees = (got.status, got.gpus, got.cuts) == (solution.status, solution.gpus, solution.cuts)
@@ -196,7 +213,8 @@ def plan_rig(p: Problem, limits: Limits | None = None, check: bool = False) -> R
     table = build_table(p)
     table_ms = (time.perf_counter() - t0) * 1e3
     arcs = build_arcs(p, table)
-    solution = solve_plan(arcs, limits)
+    rule = engine_of(p).orders(p)
+    solution = solve_plan(arcs, limits) if rule is None else solve_in_orders(arcs, rule.gpus)
     plan = evaluate(p, solution.gpus, solution.cuts) if solution.found else None
     if plan is not None and not feasible(p, plan):
         raise AssertionError(f"the solver returned an infeasible plan: {plan.gpus} {plan.cuts}")
@@ -210,7 +228,8 @@ def plan_rig(p: Problem, limits: Limits | None = None, check: bool = False) -> R
     result = Result(p, status, plan, baseline, solution, arcs, table_ms, wall_ms)
     result.default = engine_of(p).default_split(p)
     if status == "infeasible":
-        result.reason = explain(p, table, arcs, limits.left(t0))
+        ruled = rule is not None and rule.reason
+        result.reason = rule.reason if ruled else explain(p, table, arcs, limits.left(t0))
     elif status == "unknown" and "reason" in solution.info:
         result.reason = solution.info["reason"]
     elif status == "unknown":
@@ -218,7 +237,7 @@ def plan_rig(p: Problem, limits: Limits | None = None, check: bool = False) -> R
     if plan is not None and len(plan.gpus) < p.n_gpus:
         result.idle_cost_ms = idle_report(arcs, plan, limits)
     if check:
-        result.oracle = run_oracle(p, arcs, solution, limits)
+        result.oracle = run_oracle(p, arcs, solution, limits, None if rule is None else rule.gpus)
     return result
 
 
@@ -240,8 +259,13 @@ def idle_report(arcs: Arcs, plan: Placement, limits: Limits) -> dict[int, float 
     is left of the time limit. None: not computed (a solve cut short)."""
     now = time.perf_counter()
     end = min(limits.deadline(now) or np.inf, now + IDLE_COST_S)
+    if end <= now:
+        return None
     if subset_steps(arcs) <= MAX_STEPS:
-        return idle_costs(arcs, plan, end)
+        try:
+            return idle_costs(arcs, plan, end)
+        except TooLarge:  # a rig order that splits a host's GPUs: the DP declines it, CP-SAT prices it
+            pass
     limits = dataclasses.replace(limits, started=now, time_limit=end - now)
     out: dict[int, float | None] = {}
     for g in sorted(set(range(arcs.n_gpus)) - set(plan.gpus)):

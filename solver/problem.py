@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
+from fractions import Fraction
+from math import ceil
 from pathlib import Path
 
 import numpy as np
@@ -62,7 +65,8 @@ class Problem:
                        last device with the output
     unit_slot (U,)     llama.cpp's unit's position among its layer's tensors (the model's order)
     pair_layer (N,)    layer of rank r; pair_bytes (N,) its cached size; mass (N,) its routed mass
-    free, reserve (k,) bytes; layer_ms (k,) ms per layer; min_layers, max_layers (k,)
+    free, reserve (k,) bytes (reserve: the rig's plus the engine's own buffers on the card)
+    layer_ms (k,) ms per layer; min_layers, max_layers (k,)
     """
 
     rig: str
@@ -251,6 +255,9 @@ def resolve(
         )
     extra = engine_named(rig.engine).problem_fields(rig, model, experts)
     gpus = rig.gpus
+    buffer = [
+        g.buffer if g.buffer is not None else b for g, b in zip(gpus, extra.pop("buffers", [0] * len(gpus)))
+    ]
     layer_ms = extra.pop("layer_ms", None) or [
         g.layer_ms if g.layer_ms is not None else estimate_layer_ms(g.sms, g.clock_ghz) for g in gpus
     ]
@@ -263,14 +270,14 @@ def resolve(
         pair_bytes=pair_bytes.astype(np.int64),
         mass=pair_mass(model.curve, len(profile), profile.count) if profile is not None else np.zeros(0),
         free=np.array([g.free for g in gpus], dtype=np.int64),
-        reserve=np.array([g.reserve for g in gpus], dtype=np.int64),
+        reserve=np.array([g.reserve for g in gpus], dtype=np.int64) + np.array(buffer, dtype=np.int64),
         layer_ms=np.array(layer_ms, dtype=np.float64),
         min_layers=np.array([g.min_layers for g in gpus], dtype=np.int64),
         max_layers=np.array([min(g.max_layers or n, n) for g in gpus], dtype=np.int64),
         gpu_names=[g.name if g.name is not None else f"GPU {i}" for i, g in enumerate(gpus)],
         stage_bytes=model.stage_bytes,
-        first_stage_bytes=model.first_stage_bytes,
-        last_stage_bytes=model.last_stage_bytes,
+        first_stage_bytes=extra.pop("first_stage_bytes", model.first_stage_bytes),
+        last_stage_bytes=model.last_stage_bytes + extra.pop("last_stage_extra", 0),
         first_stage_min_layers=rig.first_stage_min_layers,
         miss_ms=rig.miss_ms,
         handoff_ms=rig.handoff_ms,
@@ -439,3 +446,12 @@ def load_problem(rig_path: Path, overrides: Overrides | None = None) -> Problem:
         files=files,
         model_file=model_doc.file,
     )
+
+
+def at_context(p: Problem, context: int, kv_scale: Fraction = Fraction(1)) -> Problem:
+    """The problem holding ``context`` tokens of KV cache, each value ``kv_scale`` times the model's
+    ``kv_bytes_per_token`` (another cache type): a layer's cache is ``ceil(kv * context * kv_scale)``."""
+    kv = p.kv_per_layer if p.kv_per_layer is not None else np.zeros(p.n_layers, dtype=np.int64)
+    base = p.layer_bytes - kv * p.context
+    cache = np.array([ceil(int(x) * context * kv_scale) for x in kv], dtype=np.int64)
+    return dataclasses.replace(p, layer_bytes=base + cache, context=context)

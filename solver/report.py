@@ -17,7 +17,8 @@ from solver.problem import Problem
 from solver.units import format_size
 
 
-def _stage_json(plan: Placement, p: Problem) -> list[dict]:
+def stage_json(plan: Placement, p: Problem) -> list[dict]:
+    """Each stage of a placement as the JSON report gives it, the engine's keys included."""
     engine = engine_of(p)
     return [
         {
@@ -93,7 +94,7 @@ def to_json(r: Result) -> dict:
         "held_pairs": plan.held_pairs if plan else 0,
         "cuts": plan.cuts if plan else [],
         "gpus": plan.gpus if plan else [],
-        "stages": _stage_json(plan, p) if plan else [],
+        "stages": stage_json(plan, p) if plan else [],
         "engine": p.engine,
         "bottleneck_ms": plan.bottleneck_ms if plan else None,
         "host_bytes": plan.host_bytes if plan else None,

@@ -20,11 +20,13 @@ integers below 2^52, so they are exact.
 
 from __future__ import annotations
 
-import time
+import functools
+import math
 
 import numpy as np
 
 from solver.arcs import Arcs, gpu_classes
+from solver.solvers import Stopped, check_deadline
 
 #: States x classes x width^2 steps a pass may take (about a second or two of numpy here).
 MAX_WORK = 2**28
@@ -33,16 +35,13 @@ CHUNK = 2**22
 EXACT = 2.0**52
 
 
-class Stopped(Exception):
-    """The deadline passed during a pass."""
-
-
 class Windows:
     """The class-count states of a free order over ``allowed`` arcs, each with its window.
 
     ``counts`` (N, C) GPUs used per class, ``level`` (N,) GPUs used, ``lo`` (N,) the first boundary
-    of each state's window of ``width``; ``dense[c]`` the (n + width, n + width) weights of class
-    c's allowed arcs (inf elsewhere, padded so every window indexes inside)."""
+    of each state's window of ``width``, built on first use (ask ``work`` before: N is a product
+    over the classes); ``dense[c]`` the (n + width, n + width) weights of class c's allowed arcs
+    (inf elsewhere, padded so every window indexes inside)."""
 
     def __init__(self, arcs: Arcs, allowed: np.ndarray):
         self.arcs, self.allowed = arcs, allowed
@@ -51,17 +50,27 @@ class Windows:
         self.n_cls = int(self.cls.max()) + 1
         self.mult = np.bincount(self.cls, minlength=self.n_cls)
         self.cap = capacities(arcs, self.cls, allowed)
-        total = int(self.mult @ self.cap)
-        self.width = max(0, min(total - self.n, self.n) + 1) if total >= self.n else 0
+        self.total = int(self.mult @ self.cap)
+        self.width = max(0, min(self.total - self.n, self.n) + 1) if self.total >= self.n else 0
+        self.states = math.prod(int(m) + 1 for m in self.mult)  # Python ints: 64 classes overflow int64
+
+    @functools.cached_property
+    def counts(self) -> np.ndarray:
+        """(N, C) GPUs used per class in each state (built once a pass is to run: ``work`` first)."""
         radix = self.mult + 1
-        self.stride = np.concatenate([[1], np.cumprod(radix)[:-1]]).astype(np.int64)
-        self.states = int(np.prod(radix))
-        if not self.feasible:
-            return
-        self.counts = (np.arange(self.states)[:, None] // self.stride[None, :]) % radix[None, :]
-        self.level = self.counts.sum(axis=1)
-        covered = self.counts @ self.cap
-        self.lo = np.maximum(0, self.n - (total - covered))
+        return (np.arange(self.states)[:, None] // self.stride[None, :]) % radix[None, :]
+
+    @functools.cached_property
+    def stride(self) -> np.ndarray:
+        return np.concatenate([[1], np.cumprod(self.mult + 1)[:-1]]).astype(np.int64)
+
+    @functools.cached_property
+    def level(self) -> np.ndarray:
+        return self.counts.sum(axis=1)
+
+    @functools.cached_property
+    def lo(self) -> np.ndarray:
+        return np.maximum(0, self.n - (self.total - self.counts @ self.cap))
 
     @property
     def feasible(self) -> bool:
@@ -105,7 +114,7 @@ class Windows:
         f = np.full((self.states, self.width), np.inf)
         f[0, 0] = _none(op)
         for level in range(int(self.mult.sum())):
-            _check(deadline)
+            check_deadline(deadline)
             for c in range(self.n_cls):
                 src, dst = self._steps(level, c)
                 live = (f[src] < np.inf).any(axis=1)
@@ -122,7 +131,7 @@ class Windows:
         g = np.full((self.states, self.width), np.inf)
         g[self.states - 1, self.n - self.lo[-1]] = _none(op)
         for level in range(int(self.mult.sum()) - 1, -1, -1):
-            _check(deadline)
+            check_deadline(deadline)
             for c in range(self.n_cls):
                 src, dst = self._steps(level, c)
                 live = (g[dst] < np.inf).any(axis=1)
@@ -146,7 +155,7 @@ class Windows:
         out = np.full(len(a), np.inf)
         span = np.arange(self.width)
         for c in range(self.n_cls):
-            _check(deadline)
+            check_deadline(deadline)
             meet = np.full(size * size, np.inf)  # min over S of op(F[S][x], G[S + c][y]) at (x, y)
             for level in range(int(self.mult.sum())):
                 src, dst = self._steps(level, c)
@@ -177,11 +186,6 @@ def exact(weight: np.ndarray, arcs: Arcs) -> bool:
 def _none(op: np.ufunc) -> float:
     """What covering nothing weighs: 0 for a sum, -inf for a max."""
     return 0.0 if op is np.add else -np.inf
-
-
-def _check(deadline: float | None) -> None:
-    if deadline is not None and time.perf_counter() > deadline:
-        raise Stopped
 
 
 def least_top(

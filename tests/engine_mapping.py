@@ -144,6 +144,21 @@ def llama_tensor_buft(name: str, rules: list[tuple[str, str]]) -> str | None:
     return None
 
 
+def llama_cpu_moe_rules(n_cpu_moe: int) -> list[tuple[str, str]]:
+    """common/arg.cpp ``--n-cpu-moe N``: one CPU rule per layer i < N, ``llm_ffn_exps_block_regex(i)``
+    (common/common.h: ``"blk\\.%d" LLM_FFN_EXPS_REGEX``, ``"\\.ffn_(up|down|gate|gate_up)_(ch|)exps"``)."""
+    return [(f"blk\\.{i}\\.ffn_(up|down|gate|gate_up)_(ch|)exps", "CPU") for i in range(n_cpu_moe)]
+
+
+def llama_split_none(devices: list[str], main_gpu: int) -> list[str]:
+    """src/llama.cpp, llama_model_load_from_file_impl: ``-sm none`` keeps only ``devices[main_gpu]``
+    (none when main_gpu < 0)."""
+    if main_gpu < 0:
+        return []
+    assert main_gpu < len(devices), "invalid value for main_gpu"
+    return [devices[main_gpu]]
+
+
 # vLLM and SGLang
 
 

@@ -20,8 +20,12 @@ def tiny_rig(
     experts: int = 6,
     rig_extra: dict | None = None,
     model_extra: dict | None = None,
+    engine_buffers: bool = False,
 ) -> Path:
-    """Write rig.yaml, model.yaml and profile.txt (with counts) under tmp_path; return the rig's path."""
+    """Write rig.yaml, model.yaml and profile.txt (with counts) under tmp_path; return the rig's path.
+
+    Sizes are bytes, so unless ``engine_buffers`` the GPUs keep no engine buffers (``buffer: 0``): the
+    engines' defaults (hundreds of MiB) would fill them."""
     rng = np.random.default_rng(7)
     pairs = [(layer, e) for layer in range(layers) for e in range(experts)]
     order = rng.permutation(len(pairs))
@@ -40,7 +44,9 @@ def tiny_rig(
         **(model_extra or {}),
     }
     (tmp_path / "model.yaml").write_text(yaml.safe_dump(model, sort_keys=False))
-    rig = {"name": "tiny", "model": "model.yaml", "gpus": gpus or DEFAULT_GPUS, **(rig_extra or {})}
+    listed = gpus or DEFAULT_GPUS
+    listed = listed if engine_buffers else [{**g, "buffer": g.get("buffer", 0)} for g in listed]
+    rig = {"name": "tiny", "model": "model.yaml", "gpus": listed, **(rig_extra or {})}
     path = tmp_path / "rig.yaml"
     path.write_text(yaml.safe_dump(rig, sort_keys=False))
     return path

@@ -16,6 +16,7 @@ from solver.cli import cli
 from solver.config import load_model
 from solver.importers.hf import checkpoint_of
 from solver.kvcache import scale_kv
+from solver.problem import Overrides, load_problem
 
 ROOT = Path(__file__).resolve().parent.parent
 HF = ROOT / "tests" / "fixtures" / "hf"
@@ -78,20 +79,21 @@ def test_a_split_model_names_its_first_shard(tmp_path):
 
 
 def test_kv_type_scales_the_cache_and_goes_into_the_command(tmp_path):
-    """q8_0 halves the KV bytes (34 per 32 values, not 64): more room for experts, and -ctk/-ctv say so."""
+    """q8_0 takes 34 bytes per 32 values, not 64: each layer holds that much less at the context, the plan
+    is never slower, and -ctk/-ctv/-fa on say so in the command."""
     rig = newcomer_rig(tmp_path)
-    f16 = plan_json(rig)
-    q8 = plan_json(rig, "--kv-type", "q8_0", "--export", "llama.cpp", "--fit-off")
-    assert all(b["room_bytes"] > a["room_bytes"] for a, b in zip(f16["stages"], q8["stages"]))
     model, _ = load_model(tmp_path / "models" / "q.yaml")
     per_token = model.kv_bytes_per_token
     assert scale_kv(per_token, "f16", "q8_0") == per_token * 34 // 64  # 128-value rows: whole blocks
-    gained = sum(b["room_bytes"] - a["room_bytes"] for a, b in zip(f16["stages"], q8["stages"]))
-    assert gained == 94 * 16384 * (per_token - per_token * 34 // 64)
-    argv = main_argv(q8["export"]["lines"])
+    f16, q8 = load_problem(rig), load_problem(rig, Overrides(kv_type="q8_0"))
+    saved = f16.layer_bytes - q8.layer_bytes
+    assert (saved == 16384 * (per_token - per_token * 34 // 64)).all() and q8.kv_type == "q8_0"
+    plan16, plan8 = plan_json(rig), plan_json(rig, "--kv-type", "q8_0", "--export", "llama.cpp", "--fit-off")
+    assert plan8["window_ms"] <= plan16["window_ms"] and plan8["kv_type"] == "q8_0"
+    argv = main_argv(plan8["export"]["lines"])
     assert argv[-8:] == ["-ctk", "q8_0", "-ctv", "q8_0", "-fa", "on", "-fit", "off"]
     rig.write_text(rig.read_text() + "kv_type: q8_0\n")  # the rig's key plans the same
-    assert plan_json(rig)["stages"] == q8["stages"]
+    assert plan_json(rig)["stages"] == plan8["stages"]
 
 
 def test_a_kv_type_the_engine_cannot_run_is_named_at_its_key(tmp_path):

@@ -194,3 +194,23 @@ def test_llama_export_counts_the_mtp_blocks_as_slots(tmp_path):
     for i, s in enumerate(d["stages"]):
         assert devices[s["start"] : s["end"]] == [i] * (s["end"] - s["start"])
     assert n == 46 and devices[n:] == [len(d["stages"]) - 1] * 2  # the MTP block and the output
+
+
+def test_engines_count_their_own_memory(tmp_path):
+    """llama.cpp: a compute buffer per card (or the rig's buffer), the logits on the last card, the
+    embeddings in host RAM; vLLM: what gpu_memory_utilization leaves and the activations."""
+    from solver.problem import load_problem
+
+    gpus = [{"name": "a", "free": 1500, "layer_ms": 1.0}, {"name": "b", "free": 1200, "layer_ms": 2.0}]
+    extra = {"engine": "llama.cpp", "host_bandwidth": "20 KB/s"}
+    model = {"active_experts": 2, "vocab_size": 10, "first_stage_bytes": 30, "embedding_bytes": 20}
+    p = load_problem(tiny_rig(tmp_path, gpus=gpus, rig_extra=extra, model_extra=model, engine_buffers=True))
+    assert p.reserve.tolist() == [256 * 2**20] * 2  # the rig's reserve is 0 here
+    assert p.first_stage_bytes == 10 and p.last_stage_bytes == 4 * 512 * 10
+    gpus[1]["buffer"] = 64
+    p = load_problem(tiny_rig(tmp_path, gpus=gpus, rig_extra=extra, model_extra=model, engine_buffers=True))
+    assert p.reserve.tolist() == [256 * 2**20, 64]
+    vllm = {"engine": "vllm", "gpu_memory_utilization": 0.5}
+    p = load_problem(tiny_rig(tmp_path, gpus=gpus, rig_extra=vllm, model_extra=model, engine_buffers=True))
+    assert p.reserve[0] == int(0.5 * (1500 + 700 * 2**20)) + 2**30 and p.reserve[1] == 64
+    assert p.first_stage_bytes == 30  # vLLM loads the embeddings on the first card

@@ -54,6 +54,7 @@ def test_help_shows_the_plan_usage_options_and_examples(args):
         "probe",
         "profile",
         "rig",
+        "score",
     ]  # plan is the default, not listed
 
 

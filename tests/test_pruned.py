@@ -17,6 +17,7 @@ from solver import hostsplit, lagrange, planner, windows
 from solver.arcs import build_arcs, subset
 from solver.engines import build_table
 from solver.planner import dp_hint, exact_on, plan_rig
+from solver.report import to_json
 from solver.solvers import Limits, Solution, stage_key, subsetdp
 from solver.solvers.cpsat import solve_cpsat
 from solver.solvers.dp import path_minimax, solve_dp
@@ -269,6 +270,7 @@ def test_the_throughput_objective_cuts_by_windows_and_agrees_with_the_dp(monkeyp
         assert (got.status, got.gpus, got.cuts) == (want.status, want.gpus, want.cuts)
 
 
+@pytest.mark.slow
 def test_pruned_solve_under_binding_host_memory_limits_returns_the_exhaustive_plan():
     """The exact cuts (host split, windows) leave the host-memory limit out: an answer they lose to
     it falls back to the rounds, never stands as the optimum or as infeasible. Small free orders,
@@ -304,3 +306,17 @@ def test_pruned_solve_under_binding_host_memory_limits_returns_the_exhaustive_pl
             product = planner.solve_plan(limited, Limits(workers=1))  # the DP refuses; the cut answers
             assert (product.status, product.gpus, product.cuts) == (want.status, want.gpus, want.cuts)
     assert binding > 20 and hosts > 5
+
+
+@pytest.mark.parametrize("objective", ["time", "mass", "throughput"])
+def test_a_free_order_of_more_than_63_distinct_cards_is_planned_within_the_limit(objective):
+    """Class-count states are products over the classes: 66 distinct cards make 2^66 of them, past
+    int64. Counted exactly, every exact pass declines the rig, and the limit's answer is a feasible
+    plan with a bound."""
+    p = random_problem(4, n_layers=70, n_gpus=66, experts=4, order="auto", objective=objective, tight=3.0)
+    ones = np.ones(66, dtype=np.int64)
+    speeds = np.round(np.random.default_rng(4).uniform(0.4, 2.0, 66), 6)
+    p = dataclasses.replace(p, layer_ms=speeds, min_layers=ones, max_layers=ones * 70)
+    r = plan_rig(p, Limits(time_limit=1.0, workers=1))
+    assert r.status in ("feasible", "optimal") and r.plan is not None
+    assert to_json(r)["solver"]["bound"] is not None

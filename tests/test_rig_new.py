@@ -147,8 +147,11 @@ def test_bad_host_options_are_one_line_and_exit_2(args, says):
     ("args", "says"),
     [
         (["RTX 3090", "--engine", "llama.cpp"], "--engine llama.cpp needs --host-bandwidth"),
-        (["RTX 3090", "--engine", "vllm", "--host-bandwidth", "60 GB/s"], "only llama.cpp reads"),
-        (["RTX 3090", "--host-bandwidth", "60 GB/s"], "engine strata prices misses with miss_ms"),
+        (
+            ["RTX 3090", "--engine", "vllm", "--host-bandwidth", "60 GB/s"],
+            "engine vllm (every weight in VRAM",
+        ),
+        (["RTX 3090", "--host-bandwidth", "60 GB/s"], "engine strata (a per-expert VRAM cache"),
         (["RTX 3090", "--engine", "sglang", "--host-memory", "64 GiB"], "reads no host_memory"),
         (["Radeon RX 7900 XTX"], "has no SM count in the card table"),
         (["RTX 4060 Ti", "--engine", "vllm"], '"RTX 4060 Ti 8GB" (8 GiB, 288 GB/s), "RTX 4060 Ti 16GB"'),

@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, ClassVar, Protocol
 
 import numpy as np
 
+from solver.errors import ArgsError
+
 if TYPE_CHECKING:
     from solver.baselines import Baseline
     from solver.config import ModelConfig, RigConfig
@@ -29,6 +31,7 @@ if TYPE_CHECKING:
     from solver.export_hosts import Hosts
     from solver.plan import Placement, Stage
     from solver.problem import Problem
+    from solver.scored import Scored
     from solver.yamlfile import YamlDoc
 
 
@@ -88,6 +91,15 @@ class Table(Protocol):
 
 
 @dataclass(frozen=True)
+class Orders:
+    """The GPU orders (a GPU per stage) an engine can run, and why there are none when the list is
+    empty."""
+
+    gpus: list[tuple[int, ...]]
+    reason: str = ""
+
+
+@dataclass(frozen=True)
 class Required:
     """A key the engine needs: in which file (``rig`` or ``model``), its name, what it means, and
     (``when``) for which rigs, if not for all."""
@@ -130,6 +142,12 @@ class Engine:
     sweep: ClassVar[list[tuple[str, PlanCell]]] = []
     #: What the time a stage spends on what it does not hold is called (plots).
     miss_label: ClassVar[str] = "misses"
+    #: What the engine does, in a few words (rig files written for it say so).
+    note: ClassVar[str] = ""
+    #: Rig-wide keys the engine reads besides the common ones (``rig new`` writes only these).
+    rig_keys: ClassVar[tuple[str, ...]] = ()
+    #: The GPU keys that give the engine a card's speed.
+    speed_keys: ClassVar[tuple[str, ...]] = ("mem_bandwidth",)
     #: The rate key that makes misses slow when it is too low (None: misses have no rate).
     miss_rate_key: ClassVar[str | None] = None
     #: Keys the engine needs beyond the common ones.
@@ -166,6 +184,11 @@ class Engine:
         """A placement's (window ms, held mass) from its stages' fills and its compute and hand-offs."""
         return compute_ms + sum(f.miss_ms for f in fills), float(np.sum([f.held_mass for f in fills]))
 
+    def orders(self, p: Problem) -> Orders | None:
+        """The GPU orders the engine can run this rig in, where it restricts them; None: any order
+        the rig's ``order`` allows."""
+        return None
+
     def default_split(self, p: Problem) -> Baseline | None:
         """What the engine does unasked, evaluated like a plan; None where that is the proportional one."""
         return None
@@ -191,4 +214,13 @@ class Engine:
     ) -> list[Line]:
         """The lines that make the engine run the plan (solver.shells writes them for a shell);
         ValueError for a plan it cannot express."""
+        raise NotImplementedError
+
+    def read_command(self, words: list[str]) -> object:
+        """The words of a command that runs this engine (its flags, ``NAME=VALUE`` variables before
+        them), read as the engine reads them, for ``score``; ArgsError for words it would refuse."""
+        raise ArgsError(f"engine {self.name} has no command line to score")
+
+    def score(self, p: Problem, args: object) -> Scored:
+        """The placement ``args`` (from ``read_command``) makes on the rig, predicted like a plan."""
         raise NotImplementedError

@@ -13,7 +13,9 @@ within the room; ties go to more layers fully held, then fewer bytes held, then 
 The integer values are per unit, so equal sets give equal sums. ``key`` is packed as
 ``value * (L + 1) + full`` (full <= L), which orders by value, then full layers.
 
-A layer offers ``2^m`` patterns (which of its m units to hold). Two exact algorithms:
+A layer offers ``2^m`` patterns (which of its m units to hold). Where every unit is alike (one size,
+one value) the best fill holds as many as fit, packed into whole layers (``uniform_table``); else two
+exact algorithms:
 
 - ``dense_table``: for every start a at once, a DP over layers whose state s is "at most s * G bytes
   held", G the greatest common divisor of all unit sizes; row a after layer b - 1 is the best fill of
@@ -137,6 +139,16 @@ def _full_layers(units: Units, held: list[int]) -> int:
     return sum(1 for la, n in zip(layers, counts) if n == len(units.of_layer(int(la))))
 
 
+def _distinct(pats: list[Pattern], carried: list[np.ndarray]) -> list[Pattern]:
+    """One pattern of each (bytes, key, carried sums): equal tensors of a layer give equal fills."""
+    seen: dict[tuple, Pattern] = {}
+    for p in pats:
+        held = list(p.held)
+        sig = (p.size, p.key, *(int(c[held].sum()) for c in carried))
+        seen.setdefault(sig, p)
+    return list(seen.values())
+
+
 @dataclass(frozen=True)
 class Fills:
     """The best fill of many (GPU, range) cells: packed key, bytes held and carried sums, each shaped
@@ -170,7 +182,7 @@ def dense_table(units: Units, carried: list[np.ndarray], rooms: np.ndarray) -> F
     sums = [np.zeros((n, states), dtype=np.int64) for _ in carried]
     for layer in range(n):
         rows = slice(0, layer + 1)  # starts a <= layer; row ``layer`` starts empty
-        pats = [p for p in patterns(units, layer) if p.held and p.size // grain < states]
+        pats = _distinct([p for p in patterns(units, layer) if p.held and p.size // grain < states], carried)
         base_key, base_size = key[rows].copy(), size[rows].copy()
         base_sums = [x[rows].copy() for x in sums]
         for p in pats:
@@ -197,3 +209,23 @@ def dense_table(units: Units, carried: list[np.ndarray], rooms: np.ndarray) -> F
         for i in range(len(carried)):
             out.sums[i][:, : layer + 1, layer + 1] = np.where(ok, sums[i][starts, state], 0)
     return out
+
+
+def uniform_table(units: Units, carried: list[np.ndarray], rooms: np.ndarray) -> Fills | None:
+    """The best fill of every (g, a, b) in closed form when every unit is alike (one size, one value
+    above 0, the same carried integers) and every layer with units has m of them: hold as many as fit,
+    ``c = min(units in range, room // size)``, packed m to a layer (``c // m`` layers full). None when
+    the units are not alike."""
+    if not len(units.size):
+        return None
+    alike = all(len(np.unique(x)) == 1 for x in (units.size, units.value, *carried))
+    per_layer = np.bincount(units.layer, minlength=units.n_layers)
+    m = int(per_layer.max())
+    if not alike or int(units.value[0]) <= 0 or np.any((per_layer != 0) & (per_layer != m)):
+        return None
+    moe = np.concatenate([[0], np.cumsum(per_layer > 0)])
+    in_range = m * (moe[None, :] - moe[:, None])  # (L+1, L+1) over (a, b)
+    size = int(units.size[0])
+    held = np.where(rooms >= 0, np.minimum(in_range[None], np.maximum(rooms, 0) // size), 0)
+    key = held * int(units.value[0]) + (held // m) * units.sigma
+    return Fills(key, held * size, [held * int(x[0]) for x in carried])

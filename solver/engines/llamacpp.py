@@ -17,7 +17,7 @@ import numpy as np
 
 from solver.engines.bandwidth import BytesSpeed, dense_ms, per_byte_ms, speed_of
 from solver.engines.base import PlanCell, Required, StageCell, StageFill, Weights, ms
-from solver.engines.fill import Fills, Units, best_set, dense_table, pack
+from solver.engines.fill import Fills, Units, best_set, dense_table, pack, uniform_table
 from solver.export import Command, context_flag, device_order, llama_flags, placeholder, stage_sizes
 from solver.export_hosts import llama_rpc_lines
 from solver.kvcache import KV_TYPES
@@ -28,11 +28,18 @@ from solver.units import format_size, per_layer
 if TYPE_CHECKING:
     from solver.baselines import Baseline
     from solver.config import ModelConfig, RigConfig
+    from solver.engines.llamaargs import LlamaArgs
     from solver.export import Launch, Line, Offload
     from solver.export_hosts import Hosts
     from solver.plan import Placement
     from solver.problem import Problem
+    from solver.scored import Scored
 
+#: llama.cpp's compute buffer on each GPU besides the output logits (graph intermediates at the default
+#: n_ubatch 512 with flash attention; docs/engines.md, "Memory the engine takes").
+COMPUTE_BUFFER = 256 * 2**20
+#: Tokens of the default micro-batch (``-ub``): the output device holds their float32 logits.
+N_UBATCH = 512
 #: Integer units per ms the fill decides in (1e-9 ms); lowered for a model whose sums would overflow.
 DECISION_SCALE = 10**9
 
@@ -43,7 +50,9 @@ class Costs:
 
     Units in (layer, slot) order. cpu (U,): ms on the CPU; held (U, k): ms its active share adds to
     its layer's GPU read on each GPU; dense (L, k): ms of each layer's other reads (or ``layer_ms``);
-    switch: ms of one layer with a unit on the CPU (to the CPU and back).
+    switch (k,): ms of one layer with a unit on the CPU, on each GPU: to the CPU and back, and on a
+    GPU of another host than the first (an rpc-server's), the network hop there and back too, since
+    ``-ot ...=CPU`` keeps those experts on the main host's CPU.
     """
 
     order: np.ndarray
@@ -53,7 +62,7 @@ class Costs:
     cpu: np.ndarray
     held: np.ndarray
     dense: np.ndarray
-    switch: float
+    switch: np.ndarray
     n_moe: np.ndarray
 
     @classmethod
@@ -67,14 +76,15 @@ class Costs:
         held = (share * size)[:, None] * per_byte[None, :]
         has = np.zeros(p.n_layers + 1, dtype=np.int64)
         has[np.unique(layer) + 1] = 1
-        switch = 2.0 * speed_of(p).switch_ms
+        remote = (p.hosts != 0) if len(p.host_names) > 1 else np.zeros(p.n_gpus, dtype=bool)
+        switch = 2.0 * speed_of(p).switch_ms + np.where(remote, 2.0 * p.network_ms, 0.0)
         return cls(order, layer, slot, size, p.unit_ms[order], held, dense, switch, np.cumsum(has))
 
     def units(self, g: int, scale: int) -> Units:
         """GPU g's units for the fill, valued in integers of ``scale`` per ms."""
         n = len(self.dense)
         value = np.rint(self.cpu * scale).astype(np.int64) - np.rint(self.held[:, g] * scale).astype(np.int64)
-        key, sigma = pack(value, round(self.switch * scale), n)
+        key, sigma = pack(value, round(float(self.switch[g]) * scale), n)
         return Units(self.layer, self.slot, self.size, key, sigma, n)
 
 
@@ -82,7 +92,7 @@ def decision_scale(c: Costs) -> int:
     """The largest power of ten up to DECISION_SCALE whose packed fill keys cannot overflow int64."""
     scale = DECISION_SCALE
     total_ms = float(np.abs(c.cpu).sum()) + float(np.abs(c.held).sum(axis=0).max(initial=0.0))
-    worst = (total_ms + c.switch * len(c.dense) + 1.0) * (len(c.dense) + 1)
+    worst = (total_ms + float(c.switch.max(initial=0.0)) * len(c.dense) + 1.0) * (len(c.dense) + 1)
     while scale > 1 and worst * scale >= 2**61:
         scale //= 10
     return scale
@@ -111,7 +121,7 @@ class LlamaTable:
         room = room_of(p, need)
         c = Costs.of(p)
         k, n = p.n_gpus, p.n_layers
-        cpu12, sw12 = _units_ms(c.cpu), round(c.switch * FINE_TIME_SCALE)
+        cpu12 = _units_ms(c.cpu)
         mass = np.rint(c.cpu / max(float(c.cpu.sum()), 1e-300) * MASS_SCALE).astype(np.int64)
         cpu_prefix = np.zeros(n + 1, dtype=np.int64)
         np.add.at(cpu_prefix, c.layer + 1, cpu12)
@@ -131,13 +141,15 @@ class LlamaTable:
         for gs in _classes(c, scale):
             units = c.units(gs[0], scale)
             h12 = _units_ms(c.held[:, gs[0]])
-            fills = dense_table(units, [h12, cpu12, mass], room[gs])
+            carried = [h12, cpu12, mass]
+            fills = uniform_table(units, carried, room[gs]) or dense_table(units, carried, room[gs])
             if fills is None:
-                fills = _by_range(units, [h12, cpu12, mass], room[gs])
+                fills = _by_range(units, carried, room[gs])
             full = np.mod(fills.key, n + 1)
             h_sum, c_sum, m_sum = fills.sums
             d = dense12[:, gs].T  # (G, L+1)
             gpu[gs] = d[:, None, :] - d[:, :, None] + h_sum
+            sw12 = round(float(c.switch[gs[0]]) * FINE_TIME_SCALE)
             missed[gs] = (cpu_prefix[b] - cpu_prefix[a])[None] - c_sum + sw12 * (layers_moe[None] - full)
             held_bytes[gs] = fills.size
             held_mass[gs] = m_sum
@@ -167,10 +179,11 @@ def _rescale(fine: np.ndarray, scale: int) -> np.ndarray:
 
 
 def _classes(c: Costs, scale: int) -> list[list[int]]:
-    """GPUs whose units are valued alike (the fill depends on the GPU only through them), in groups."""
-    groups: dict[bytes, list[int]] = {}
+    """GPUs whose units and switches are valued alike (the fill depends on the GPU only through them)."""
+    groups: dict[tuple, list[int]] = {}
     for g in range(c.held.shape[1]):
-        groups.setdefault(np.rint(c.held[:, g] * scale).astype(np.int64).tobytes(), []).append(g)
+        key = (np.rint(c.held[:, g] * scale).astype(np.int64).tobytes(), float(c.switch[g]))
+        groups.setdefault(key, []).append(g)
     return list(groups.values())
 
 
@@ -218,7 +231,7 @@ def fill_of(p: Problem, c: Costs, g: int, a: int, b: int, held: np.ndarray, fits
     mine = (c.layer >= a) & (c.layer < b)
     on_gpu, on_cpu = mine & held, mine & ~held
     cpu_layers = np.unique(c.layer[on_cpu])
-    switch = c.switch * len(cpu_layers)
+    switch = float(c.switch[g]) * len(cpu_layers)
     held_bytes = int(c.size[on_gpu].sum())
     total = float(c.cpu.sum())
     names = [p.unit_names[int(i)] for i in c.order]
@@ -237,20 +250,41 @@ def fill_of(p: Problem, c: Costs, g: int, a: int, b: int, held: np.ndarray, fits
     )
 
 
-def free_memory_split(free: np.ndarray, n_layers: int) -> list[int]:
+def slot_devices(weights: np.ndarray, n_blocks: int, n_gpu_layers: int) -> list[int | None]:
+    """``load_tensors``: the device (a position in the model's device list) of slots 0..n_blocks, None
+    for the CPU; slot n_blocks is the output layer.
+
+    ``weights`` are the devices' split (the ``--tensor-split`` values, or their free memory), as float32,
+    not all zero. ``splits`` is their cumulative float32 sum over its total; with ``i_gpu_start =
+    max(n_blocks + 1 - ngl, 0)`` and ``act = min(ngl, n_blocks + 1)``, slot il goes to
+    ``upper_bound(splits, float(il - i_gpu_start) / act)``, or to the CPU outside [i_gpu_start,
+    i_gpu_start + act).
+    """
+    if len(weights) == 0:
+        return [None] * (n_blocks + 1)
+    splits = np.cumsum(np.asarray(weights, dtype=np.float32), dtype=np.float32)
+    splits = splits / splits[-1]
+    start = max(n_blocks + 1 - n_gpu_layers, 0)
+    act = min(n_gpu_layers, n_blocks + 1)
+    out: list[int | None] = []
+    for il in range(n_blocks + 1):
+        if il < start or il - start >= act:
+            out.append(None)
+            continue
+        x = np.float32(il - start) / np.float32(act)
+        out.append(min(int(np.searchsorted(splits, x, side="right")), len(splits) - 1))
+    return out
+
+
+def free_memory_split(free: np.ndarray, n_layers: int, extra_blocks: int = 0) -> list[int]:
     """Layers per device when ``--tensor-split`` is not given: llama.cpp splits by free memory.
 
-    ``load_tensors`` puts layer il on the first device whose cumulative float32 share exceeds
-    il / (L + 1) (the output layer is slot L, on the last device); the counts exclude that slot.
+    Every slot on the GPUs (``slot_devices`` with all layers offloaded); the file's ``extra_blocks``
+    after the planned layers (MTP) and the output slot come last; the counts are the planned layers'.
     """
-    splits = np.cumsum(free.astype(np.float32), dtype=np.float32) / np.float32(free.astype(np.float32).sum())
-    where = np.array(
-        [
-            np.searchsorted(splits, np.float32(il) / np.float32(n_layers + 1), side="right")
-            for il in range(n_layers)
-        ]
-    )
-    return np.bincount(np.minimum(where, len(free) - 1), minlength=len(free)).tolist()
+    n_blocks = n_layers + extra_blocks
+    where = slot_devices(free.astype(np.float32), n_blocks, n_blocks + 1)[:n_layers]
+    return np.bincount(np.array(where, dtype=np.int64), minlength=len(free)).tolist()
 
 
 #: The tensors one default unit stands for: a MoE layer's three routed expert tensors.
@@ -259,7 +293,8 @@ DEFAULT_EXPERT_TENSORS = ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")
 COMPANIONS = (".bias", ".scale")
 
 
-def _base(name: str) -> str:
+def base_tensor(name: str) -> str:
+    """The expert tensor a name belongs to: itself, or the tensor a bias or scale goes with."""
     for end in COMPANIONS:
         if name.endswith(end):
             return name[: -len(end)]
@@ -280,7 +315,7 @@ def llama_units(model: ModelConfig, host_bandwidth: int, experts: np.ndarray) ->
     else:
         groups: dict[str, list] = {}
         for name, value in model.expert_tensors.items():
-            groups.setdefault(_base(name), []).append(((name,), per_layer(value, n)))
+            groups.setdefault(base_tensor(name), []).append(((name,), per_layer(value, n)))
     rows = []
     for slot, members in enumerate(groups.values()):
         names = tuple(x for tensor_names, _ in members for x in tensor_names)
@@ -329,6 +364,8 @@ class LlamaCpp(BytesSpeed):
     """llama.cpp: expert tensors on their layer's GPU or on the CPU, which runs them."""
 
     name = "llama.cpp"
+    note = "expert tensors on a GPU or, beyond VRAM, on the CPU"
+    rig_keys = ("host_bandwidth", "host_memory")
     miss_rate_key = "host_bandwidth"
     miss_label = "CPU time (experts in host memory)"
     kv_types = tuple(KV_TYPES)
@@ -357,7 +394,14 @@ class LlamaCpp(BytesSpeed):
 
     def problem_fields(self, rig: RigConfig, model: ModelConfig, experts: np.ndarray) -> dict:
         units = llama_units(model, rig.host_bandwidth, experts)
-        return self.speed_fields(rig, model, experts) | units | {"host_bandwidth": rig.host_bandwidth}
+        memory = {
+            "buffers": [COMPUTE_BUFFER] * len(rig.gpus),
+            "last_stage_extra": 4 * N_UBATCH * (model.vocab_size or 0),  # float32 logits of a micro-batch
+            "first_stage_bytes": model.first_stage_bytes - model.embedding_bytes,  # embeddings stay in RAM
+        }
+        return (
+            self.speed_fields(rig, model, experts) | units | memory | {"host_bandwidth": rig.host_bandwidth}
+        )
 
     def table(self, p: Problem) -> LlamaTable:
         return LlamaTable.build(p)
@@ -367,7 +411,7 @@ class LlamaCpp(BytesSpeed):
 
     def miss_total_ms(self, p: Problem) -> float:
         c = Costs.of(p)
-        return float(c.cpu.sum()) + c.switch * int(c.n_moe[-1])
+        return float(c.cpu.sum()) + float(c.switch.max(initial=0.0)) * int(c.n_moe[-1])
 
     def default_split(self, p: Problem) -> Baseline:
         """Layers split by free memory (no ``--tensor-split``), with the smallest ``--n-cpu-moe`` that
@@ -375,20 +419,26 @@ class LlamaCpp(BytesSpeed):
         from solver.baselines import Baseline, cuts_of
         from solver.plan import bounds_ok, evaluate, feasible
 
-        cuts = cuts_of(free_memory_split(p.free, p.n_layers))
+        cuts = cuts_of(free_memory_split(p.free, p.n_layers, p.nextn_layers))
         gpus = list(range(p.n_gpus))
         if not bounds_ok(p, cuts):
             return Baseline(
                 cuts, False, None, "free-memory", reason="the free-memory split leaves a GPU without layers"
             )
-        for n_cpu in range(p.n_layers + 1):
-            plan = evaluate(p, gpus, cuts, partial(cpu_moe_fill, n_cpu_moe=n_cpu))
-            if feasible(p, plan):
-                return Baseline(cuts, True, plan, "free-memory", f"split by free memory, --n-cpu-moe {n_cpu}")
-            if all(stage.fits for stage in plan.stages):  # the least --n-cpu-moe that fits the GPUs
-                return Baseline(cuts, False, plan, "free-memory", _why_not(p, plan, n_cpu))
-        plan = evaluate(p, gpus, cuts, partial(cpu_moe_fill, n_cpu_moe=p.n_layers))
-        return Baseline(cuts, False, plan, "free-memory", _why_not(p, plan, p.n_layers))
+
+        def placed(n_cpu: int) -> Placement:
+            return evaluate(p, gpus, cuts, partial(cpu_moe_fill, n_cpu_moe=n_cpu))
+
+        # the GPUs fit from some N on (each more layer's experts on the CPU frees VRAM): bisect for it;
+        # host memory only gets tighter with N, so if that N breaks it, every larger one does too
+        lo, hi = 0, p.n_layers
+        while lo < hi:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if all(s.fits for s in placed(mid).stages) else (mid + 1, hi)
+        plan = placed(lo)
+        if feasible(p, plan):
+            return Baseline(cuts, True, plan, "free-memory", f"split by free memory, --n-cpu-moe {lo}")
+        return Baseline(cuts, False, plan, "free-memory", _why_not(p, plan, lo))
 
     def stage_json(self, stage) -> dict:
         return {
@@ -425,3 +475,15 @@ class LlamaCpp(BytesSpeed):
             lines, env, devices = llama_rpc_lines(hosts, gpus)
             return [*notes, *more, *lines, Command((*head, *devices, *split, *tail), env)]
         return [*notes, *more, Command((*head, *split, *tail), device_order(gpus))]
+
+    def read_command(self, words: list[str]) -> LlamaArgs:
+        """llama-server, llama-cli or llama-bench words (solver.engines.llamaargs)."""
+        from solver.engines.llamaargs import parse_llama_args
+
+        return parse_llama_args(words)
+
+    def score(self, p: Problem, args: LlamaArgs) -> Scored:
+        """Where the command puts every layer and expert tensor, timed (solver.engines.llamascore)."""
+        from solver.engines.llamascore import score
+
+        return score(p, args)

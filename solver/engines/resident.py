@@ -8,12 +8,14 @@ every stage's KV cache to the smallest, so a plan's spare KV is the minimum over
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import groupby, permutations, product
 from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
+from solver.cards import DRIVER_MIB
 from solver.engines.bandwidth import BytesSpeed, all_held_ms
-from solver.engines.base import PlanCell, StageCell, StageFill, Weights, ms, tokens
+from solver.engines.base import Orders, PlanCell, StageCell, StageFill, Weights, ms, tokens
 from solver.export import Command, context_flag, device_order, joined, placeholder, stage_sizes
 from solver.export_hosts import sglang_node_lines, vllm_ray_lines
 from solver.rangewalk import expert_prefix, need_table, room_of
@@ -23,10 +25,12 @@ from solver.units import format_size
 if TYPE_CHECKING:
     from solver.baselines import Baseline
     from solver.config import ModelConfig, RigConfig
+    from solver.engines.stageargs import StageArgs
     from solver.export import Launch, Line, Offload
     from solver.export_hosts import Hosts
     from solver.plan import Placement
     from solver.problem import Problem
+    from solver.scored import Scored
 
 
 def kv_prefix(p: Problem) -> np.ndarray:
@@ -89,12 +93,30 @@ def stage_fill(p: Problem, g: int, a: int, b: int) -> StageFill:
 
 #: What stands in for the model when the model file does not name it.
 HF_PLACEHOLDER = "the checkpoint directory or Hugging Face id to serve (a model file's hf_model names it)"
+#: Share of each card's total memory the engine may use (vLLM's ``gpu_memory_utilization`` default;
+#: SGLang's ``mem_fraction_static`` is of the same size): the rest stays free.
+GPU_MEMORY_UTILIZATION = 0.9
+#: Activation memory of the engine's profiling run, kept from the KV cache (docs/engines.md).
+ACTIVATIONS = 2**30
+#: Allowed GPU orders planned one by one at most; beyond, hosts of equal GPU count keep the rig's order.
+MAX_ORDERS = 5040
+
+
+def _host_runs(p: Problem) -> list[list[int]] | None:
+    """Each host's GPUs in rig order, hosts in order of first appearance; None when the rig is on one
+    host or may leave GPUs out (then every plan's hosts are checked by its export)."""
+    hosts = p.hosts
+    if len(set(hosts.tolist())) < 2 or p.idle_gpus:
+        return None
+    firsts = list(dict.fromkeys(int(h) for h in hosts))
+    return [[g for g in range(p.n_gpus) if hosts[g] == h] for h in firsts]
 
 
 class Resident(BytesSpeed):
     """Every weight resident on its stage's GPU; the KV cache takes what is left."""
 
     holds = "weights, every expert, session"
+    note = "every weight in VRAM, one pipeline stage per GPU"
     #: The environment variable that takes the layers per stage.
     partition_env: ClassVar[str]
     #: The flag that takes the number of pipeline stages, and the one that takes the context.
@@ -111,7 +133,12 @@ class Resident(BytesSpeed):
     sweep: ClassVar[list[tuple[str, PlanCell]]] = [("spare KV", lambda q: tokens(q.spare_tokens))]
 
     def problem_fields(self, rig: RigConfig, model: ModelConfig, experts: np.ndarray) -> dict:
-        return self.speed_fields(rig, model, experts)
+        """The speed model's fields, and each card's memory the engine keeps from its KV cache: what
+        ``gpu_memory_utilization`` leaves of the card's total, and the activations of its profiling run."""
+        util = GPU_MEMORY_UTILIZATION if rig.gpu_memory_utilization is None else rig.gpu_memory_utilization
+        total = [g.free + DRIVER_MIB * 2**20 for g in rig.gpus]
+        buffers = [int((1 - util) * t) + ACTIVATIONS for t in total]
+        return self.speed_fields(rig, model, experts) | {"buffers": buffers}
 
     def table(self, p: Problem) -> ResidentTable:
         return ResidentTable.build(p)
@@ -171,6 +198,19 @@ class Resident(BytesSpeed):
         """The command that serves ``model``, before its pipeline flags."""
         raise NotImplementedError
 
+    def read_command(self, words: list[str]) -> StageArgs:
+        """The partition variable, the pipeline size and CUDA_VISIBLE_DEVICES (solver.engines.stageargs)."""
+        from solver.engines.stageargs import parse_stage_args
+
+        return parse_stage_args(self.name, words)
+
+    def score(self, p: Problem, args: StageArgs) -> Scored:
+        """Stage s on CUDA device s running the partition's layers, or the engine's even split."""
+        from solver.engines.stageargs import score_stages, stage_sizes
+
+        k = args.stages or 1
+        return score_stages(p, args, stage_sizes(p, args, self.partition(p.n_layers, k)))
+
     def across_hosts(
         self, hosts: Hosts, gpus: list[int], partition: str, head: list[str], tail: list[str]
     ) -> list[Line]:
@@ -185,6 +225,32 @@ class Vllm(Resident):
     partition_env = "VLLM_PP_LAYER_PARTITION"
     size_flag = "--pipeline-parallel-size"
     context_flag = "--max-model-len"
+
+    def orders(self, p: Problem) -> Orders | None:
+        """Over several hosts, Ray runs each node's GPUs in ascending order and the nodes after the
+        driver's (the first) in ascending order of their stage count; nodes of equal count may come in
+        either order (the export says which address must sort first)."""
+        runs = _host_runs(p)
+        if runs is None:
+            return None
+        if p.order == "as-given":
+            counts = [len(gpus) for gpus in runs[1:]]
+            if counts != sorted(counts):
+                return Orders(
+                    [],
+                    "vLLM over Ray runs the hosts after the first in ascending order of their "
+                    "GPU count; list them so, or use order: auto",
+                )
+            return Orders([tuple(g for gpus in runs for g in gpus)])
+        out: list[tuple[int, ...]] = []
+        for i, first in enumerate(runs):
+            rest = sorted(runs[:i] + runs[i + 1 :], key=len)
+            groups = [list(group) for _, group in groupby(rest, key=len)]
+            for choice in product(*(permutations(group) for group in groups)):
+                out.append(tuple(g for gpus in [first, *(r for grp in choice for r in grp)] for g in gpus))
+                if len(out) >= MAX_ORDERS:
+                    return Orders(out)
+        return Orders(out)
 
     def partition(self, n_layers: int, k: int) -> list[int]:
         counts = [n_layers // k] * k
@@ -208,6 +274,17 @@ class Sglang(Resident):
     partition_env = "SGLANG_PP_LAYER_PARTITION"
     size_flag = "--pp-size"
     context_flag = "--context-length"
+
+    def orders(self, p: Problem) -> Orders | None:
+        """Over several hosts SGLang runs equally many pipeline stages on every node; any order of
+        the hosts and of each host's GPUs runs."""
+        runs = _host_runs(p)
+        if runs is None or len({len(gpus) for gpus in runs}) == 1:
+            return None
+        each = ", ".join(f"{p.host_names[int(p.hosts[gpus[0]])]}: {len(gpus)}" for gpus in runs)
+        return Orders(
+            [], f"SGLang runs equally many pipeline stages on every node; the hosts have {each} GPUs"
+        )
 
     def partition(self, n_layers: int, k: int) -> list[int]:
         counts = [n_layers // k] * k

@@ -15,9 +15,11 @@ from solver.units import format_size
 
 if TYPE_CHECKING:
     from solver.config import RigConfig
+    from solver.engines.stageargs import StageArgs
     from solver.export import Launch, Offload
     from solver.export_hosts import Hosts
     from solver.problem import Problem
+    from solver.scored import Scored
     from solver.yamlfile import YamlDoc
 
 
@@ -84,6 +86,9 @@ class Strata(Engine):
     name = "strata"
     profile = True
     export_noun = "flags"
+    note = "a per-expert VRAM cache fed from a routing profile"
+    rig_keys = ("miss_ms", "first_stage_min_layers", "host_memory")
+    speed_keys = ("sms", "clock_ghz")
     columns: ClassVar[list[tuple[str, StageCell]]] = [
         ("cache", lambda s: format_size(s.cache_bytes)),
         ("pairs held", lambda s: f"{s.held_pairs:,}/{s.visible_pairs:,}"),
@@ -141,3 +146,15 @@ class Strata(Engine):
         if not cuts:  # one stage: an empty --layer-split would be a broken flag
             return [*lines, Comment("one GPU runs every layer: no --layer-split needed"), config]
         return [*lines, Flags(("--layer-split", joined(cuts))), config]
+
+    def read_command(self, words: list[str]) -> StageArgs:
+        """``--layer-split CUTS`` and CUDA_VISIBLE_DEVICES (solver.engines.stageargs)."""
+        from solver.engines.stageargs import parse_stage_args
+
+        return parse_stage_args(self.name, words)
+
+    def score(self, p: Problem, args: StageArgs) -> Scored:
+        """GPU s of the command's devices running the layers between its cuts, caching what fits."""
+        from solver.engines.stageargs import score_stages, stage_sizes
+
+        return score_stages(p, args, stage_sizes(p, args, None))

@@ -120,11 +120,21 @@ def read_gguf(path: Path, kv_type: str = "f16") -> ImportedModel:
         kv_bytes_per_token=kv,
         first_stage_bytes=0,
         last_stage_bytes=counted.head_bytes,
+        vocab_size=_vocab(tensors),
         command=command,
         sources={key: sources[key] for key in SOURCE_ORDER if key in sources},
         max_context=meta.context or None,
         nextn_layers=meta.nextn,
     )
+
+
+def _vocab(tensors: list[TensorInfo]) -> int | None:
+    """The vocabulary's size: the rows of the output (or, tied, the embedding) matrix."""
+    by_name = {t.name: t for t in tensors}
+    for name in ("output.weight", "token_embd.weight"):
+        if name in by_name and len(by_name[name].shape) == 2:
+            return int(by_name[name].shape[1])
+    return None
 
 
 def _check_layers(tensors: list[TensorInfo], layers: int, meta: _Meta, shown: str) -> None:

@@ -27,6 +27,8 @@ class ImportedModel:
     kv_type              the KV cache type kv_bytes_per_token is at (solver.kvcache)
     gguf, hf_model       what an engine's command loads: the GGUF file (a path relative to the model
                          file), the checkpoint directory or Hugging Face id (None: not known)
+    vocab_size           tokens of the vocabulary (the output logits' width), when known
+    embedding_bytes      the token embeddings' part of ``first_stage_bytes`` (llama.cpp keeps them in RAM)
     """
 
     name: str
@@ -50,6 +52,8 @@ class ImportedModel:
     kv_type: str = DEFAULT_KV_TYPE
     gguf: str | None = None
     hf_model: str | None = None
+    vocab_size: int | None = None
+    embedding_bytes: int = 0
 
 
 #: Most layers (or blocks) a model file may have: far above any published model (the largest have
@@ -162,6 +166,12 @@ def model_yaml(m: ImportedModel, profile: str | None = None) -> str:
                 body.append(_line(key, table[kinds[0]], f"every layer ({kinds[0]})"))
     if m.first_stage_bytes:
         body.append(_line("first_stage_bytes", m.first_stage_bytes, _mib(m.first_stage_bytes)))
+    if m.embedding_bytes:
+        body.append(
+            _line("embedding_bytes", m.embedding_bytes, "of them token embeddings (llama.cpp: host RAM)")
+        )
+    if m.vocab_size:
+        body.append(_line("vocab_size", m.vocab_size, "tokens (the output logits' width)"))
     if m.last_stage_bytes:
         body.append(_line("last_stage_bytes", m.last_stage_bytes, _mib(m.last_stage_bytes)))
     if m.max_context:

@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass
 
 from solver.cards import DRIVER_MIB, Card, CardError, card
+from solver.engines import DEFAULT_ENGINE, REGISTRY, engine_named
 from solver.importers.hostmem import HostRate
 from solver.problem import REFERENCE_GHZ, REFERENCE_LAYER_MS, REFERENCE_SMS
 from solver.units import format_rate
@@ -46,15 +47,15 @@ def place(names: list[str]) -> list[Placed]:
 
 
 def check_engine(cards: list[Placed], engine: str) -> None:
-    """Strata's speed estimate needs SMs and a boost clock; a card without them cannot be planned there."""
-    if engine != "strata":
+    """An engine that times cards by SMs and boost clock cannot plan a card without them."""
+    if "sms" not in engine_named(engine).speed_keys:
         return
     for p in cards:
         if p.card.sms is None or p.card.boost_ghz is None:
             what = "SM count" if p.card.sms is None else "boost clock"
             raise CardError(
-                f"{p.card.name!r} has no {what} in the card table, which engine strata's speed estimate "
-                f"needs: plan it with --engine llama.cpp, vllm or sglang (speed from memory bandwidth)"
+                f"{p.card.name!r} has no {what} in the card table, which engine {engine}'s speed estimate "
+                f"needs: plan it with an engine timed by memory bandwidth ({_by_bandwidth()})"
             )
 
 
@@ -93,7 +94,8 @@ def rig_yaml(
         f"# free: the card's memory less {DRIVER_MIB} MiB that the driver and CUDA context take on a",
         "#   headless card; one that also drives a display has less: check nvidia-smi (rocm-smi), EDIT.",
     ]
-    if engine == "strata":
+    rules = engine_named(engine)
+    if "sms" in rules.speed_keys:
         head.append(f"# layer_ms is estimated from sms and clock_ghz (the boost clock): {estimate}.")
     else:
         head.append("# mem_bandwidth: the vendor's figure, which solver/cards.py cites per family.")
@@ -104,8 +106,8 @@ def rig_yaml(
     body = [f"name: {json.dumps(name)}"] if name else []
     if model_ref is not None:
         body.append(f"model: {json.dumps(model_ref)}")
-    if engine != "strata":
-        body.append(_key("engine", engine, _ENGINE_NOTE[engine]))
+    if engine != DEFAULT_ENGINE:
+        body.append(_key("engine", engine, rules.note))
     if any(p.host for p in cards):
         body.append("# network_handoff_ms: EDIT the ms of a hop between these machines (default handoff_ms)")
     if host_bandwidth is not None:
@@ -113,8 +115,9 @@ def rig_yaml(
     if host_memory is not None:
         body.append(_key("host_memory", _size(host_memory), "host RAM for the expert weights no GPU holds"))
     body.append(_key("context", str(context), "tokens of KV cache each full-attention layer holds"))
-    if engine == "strata":
+    if "miss_ms" in rules.rig_keys:
         body.append(_key("miss_ms", "190", "the engine's default cost of a cache miss"))
+    if "first_stage_min_layers" in rules.rig_keys:
         body.append(
             _key("first_stage_min_layers", "2", "the engine keeps at least 2 layers on the first card")
         )
@@ -126,7 +129,7 @@ def rig_yaml(
             body.append(_key("host", json.dumps(p.host), "the machine this GPU is in", 4))
         body.append(_key("free", f"{c.free_mib} MiB", f"{c.vram_mib} MiB - {DRIVER_MIB} MiB", 4))
         body.append(_key("reserve", _size(reserve), "kept free for the engine's buffers", 4))
-        if engine == "strata":
+        if "sms" in rules.speed_keys:
             body.append(_key("sms", str(c.sms), "NVIDIA's published SM count", 4))
             body.append(_key("clock_ghz", str(c.boost_ghz), "NVIDIA's published boost clock", 4))
         else:
@@ -136,8 +139,5 @@ def rig_yaml(
     return "\n".join(head + body) + "\n"
 
 
-_ENGINE_NOTE = {
-    "llama.cpp": "expert tensors on a GPU or, beyond VRAM, on the CPU",
-    "vllm": "every weight in VRAM, one pipeline stage per GPU",
-    "sglang": "every weight in VRAM, one pipeline stage per GPU",
-}
+def _by_bandwidth() -> str:
+    return ", ".join(name for name, e in REGISTRY.items() if "mem_bandwidth" in e.speed_keys)

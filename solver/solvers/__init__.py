@@ -67,6 +67,16 @@ class TooLarge(Exception):
     """This oracle cannot take a problem of this size (say why in the message)."""
 
 
+class Stopped(Exception):
+    """The deadline passed during a pass; the solver that raised it answers with what it has."""
+
+
+def check_deadline(deadline: float | None) -> None:
+    """Raise Stopped once ``time.perf_counter()`` is past ``deadline`` (None: never)."""
+    if deadline is not None and time.perf_counter() > deadline:
+        raise Stopped
+
+
 def plan_arcs(arcs: Arcs, gpus: tuple[int, ...], cuts: tuple[int, ...]) -> np.ndarray:
     """Arc numbers of a plan's stages, -1 for a stage that is not a feasible arc.
 

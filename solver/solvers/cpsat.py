@@ -28,8 +28,9 @@ from ortools.sat.python import cp_model
 
 from solver import interrupt
 from solver.arcs import Arcs, best_through, subset
+from solver.arcs import by_gpu as arcs_by_gpu
 from solver.scales import MASS_SCALE
-from solver.solvers import Limits, Solution, relaxed_bound, stage_key, usable
+from solver.solvers import Limits, Solution, Stopped, check_deadline, relaxed_bound, stage_key, usable
 
 Fix = Callable[[cp_model.CpModel, list, Arcs], None]
 Objective = Callable[[cp_model.CpModel, list, Arcs], cp_model.LinearExpr | np.ndarray]
@@ -48,43 +49,77 @@ class _Progress(cp_model.CpSolverSolutionCallback):
         self._report(self._what, self._scale(self.objective_value), self._scale(self.best_objective_bound))
 
 
-def _build(arcs: Arcs) -> tuple[cp_model.CpModel, list]:
-    """The path model: variables, one arc per GPU, flow conservation and symmetry breaking."""
+#: Variables written between two looks at the deadline (a million arcs take seconds to write).
+VAR_CHUNK = 2**14
+
+
+def _build(arcs: Arcs, deadline: float | None = None) -> tuple[cp_model.CpModel, list]:
+    """The path model: variables, one arc per GPU, flow conservation and symmetry breaking.
+
+    Past ``deadline`` it raises Stopped: it looks at the clock between chunks of variables and
+    between groups of constraints, and gives up after the first chunk when the model would not be
+    written by then at that pace, so a model too large for the time left is given up, not
+    finished."""
+
+    def check() -> None:
+        check_deadline(deadline)
+
     m = cp_model.CpModel()
-    x = list(m.new_bool_var_series("x", pd.RangeIndex(len(arcs))))
+    x: list = []
+    t0 = time.perf_counter()
+    for lo in range(0, len(arcs), VAR_CHUNK):
+        check()
+        x += list(m.new_bool_var_series("x", pd.RangeIndex(lo, min(len(arcs), lo + VAR_CHUNK))))
+        pace = (time.perf_counter() - t0) / len(x)  # the constraints take about as long again
+        if lo == 0 and deadline is not None and time.perf_counter() + 2 * pace * len(arcs) > deadline:
+            raise Stopped
     xs = np.empty(len(x), dtype=object)
     xs[:] = x
     n, k = arcs.n_layers, arcs.n_gpus
-    by_gpu = [np.flatnonzero(arcs.gpu == g) for g in range(k)]
-    for ids in by_gpu:
+    by_gpu = arcs_by_gpu(arcs)
+    for g, ids in enumerate(by_gpu):
+        if g % 64 == 0:
+            check()
         (m.add_at_most_one if arcs.idle else m.add_exactly_one)(xs[ids].tolist())
     if arcs.host_limit is not None:
         _bound_total(m, arcs.host, 0, arcs.host_limit)
     if arcs.order == "as-given" and not arcs.idle:
         for g in range(1, k):
+            check()
             prev, cur = by_gpu[g - 1], by_gpu[g]
             for p in np.union1d(arcs.end[prev], arcs.start[cur]):
                 into = xs[prev[arcs.end[prev] == p]].tolist()
                 out = xs[cur[arcs.start[cur] == p]].tolist()
                 m.add(cp_model.LinearExpr.sum(into) == cp_model.LinearExpr.sum(out))
     else:
-        m.add(cp_model.LinearExpr.sum(xs[arcs.start == 0].tolist()) == 1)
+        ending, starting = _grouped(arcs.end, n + 1), _grouped(arcs.start, n + 1)
+        m.add(cp_model.LinearExpr.sum(xs[starting[0]].tolist()) == 1)
         for p in range(1, n):
-            into, out = xs[arcs.end == p].tolist(), xs[arcs.start == p].tolist()
+            check()
+            into, out = xs[ending[p]].tolist(), xs[starting[p]].tolist()
             if into or out:
                 m.add(cp_model.LinearExpr.sum(into) == cp_model.LinearExpr.sum(out))
         if arcs.order == "as-given":  # idle GPUs as given: the next stage's GPU comes later in the rig
             for g in range(k):
+                check()
                 for p in np.unique(arcs.end[by_gpu[g]]):
                     if p < n:
                         into = xs[by_gpu[g][arcs.end[by_gpu[g]] == p]].tolist()
-                        later = xs[(arcs.start == p) & (arcs.gpu > g)].tolist()
-                        m.add(cp_model.LinearExpr.sum(into) <= cp_model.LinearExpr.sum(later))
+                        later = starting[p][arcs.gpu[starting[p]] > g]
+                        m.add(cp_model.LinearExpr.sum(into) <= cp_model.LinearExpr.sum(xs[later].tolist()))
         for i, j in arcs.twins:
+            check()
             _twin_order(m, xs, arcs, by_gpu[i], by_gpu[j])
         if arcs.n_hosts > 1 and (arcs.order == "auto" or _priced(arcs)):
-            m.entries = _host_runs(m, xs, arcs)  # priced in every time sum where _priced
+            m.entries = _host_runs(m, xs, arcs, check)  # priced in every time sum where _priced
     return m, x
+
+
+def _grouped(values: np.ndarray, size: int) -> list[np.ndarray]:
+    """Arc numbers with each value 0..size-1 of ``values``, ascending: one sort for all of them."""
+    order = np.argsort(values, kind="stable")
+    cut = np.searchsorted(values[order], np.arange(size + 1))
+    return [order[cut[v] : cut[v + 1]] for v in range(size)]
 
 
 def _priced(arcs: Arcs) -> bool:
@@ -149,20 +184,24 @@ def _through_any(arcs: Arcs, weight: np.ndarray, sense: str) -> np.ndarray:
     return np.where(dead, worst, fwd[arcs.start] + weight + bwd[arcs.end])
 
 
-def _host_runs(m: cp_model.CpModel, xs: np.ndarray, arcs: Arcs) -> list:
+def _host_runs(m: cp_model.CpModel, xs: np.ndarray, arcs: Arcs, check: Callable[[], None]) -> list:
     """SPEC 8: each host's stages are one run. The run of host h enters at boundary p when an arc of h
     starts there and none of h ends there: e_h(p) = s_h(p) AND NOT t_h(p), linearised exactly
     (e >= s - t, e <= s, e <= 1 - t, with s and t 0/1 sums), and at most one entry per host.
     Returns every entry variable (their count is the plan's host runs)."""
     host = arcs.hosts[arcs.gpu]
+    size = arcs.n_layers + 1
+    starting = _grouped(host * size + arcs.start, arcs.n_hosts * size)
+    ending = _grouped(host * size + arcs.end, arcs.n_hosts * size)
     every = []
     for h in range(arcs.n_hosts):
+        check()
         entries = []
         for p in range(arcs.n_layers):
-            starts = xs[(host == h) & (arcs.start == p)].tolist()
+            starts = xs[starting[h * size + p]].tolist()
             if not starts:
                 continue
-            ends = xs[(host == h) & (arcs.end == p)].tolist()
+            ends = xs[ending[h * size + p]].tolist()
             s, t = cp_model.LinearExpr.sum(starts), cp_model.LinearExpr.sum(ends)
             e = m.new_bool_var("")
             m.add(e >= s - t)
@@ -192,7 +231,12 @@ def _twin_order(
         return
     started = []
     for ids in (first, second):
-        by_start = [xs[ids[arcs.start[ids] == p]].tolist() for p in where]
+        ids = ids[np.argsort(arcs.start[ids], kind="stable")]
+        lo, hi = (
+            np.searchsorted(arcs.start[ids], where),
+            np.searchsorted(arcs.start[ids], where, side="right"),
+        )
+        by_start = [xs[ids[a:b]].tolist() for a, b in zip(lo, hi)]
         run = [m.new_bool_var("") for _ in where]
         for i, terms in enumerate(by_start):
             m.add(run[i] == (run[i - 1] if i else 0) + cp_model.LinearExpr.sum(terms))
@@ -285,7 +329,11 @@ class _Chain:
         if self.deadline is not None and time.perf_counter() >= self.deadline:
             self.proven = False
             return "stopped", None
-        m, x = _build(self.arcs)
+        try:
+            m, x = _build(self.arcs, self.deadline)
+        except Stopped:
+            self.proven = False
+            return "stopped", None
         for fix in self.fixes:
             fix(m, x, self.arcs)
         expr = objective(m, x, self.arcs)
@@ -293,9 +341,9 @@ class _Chain:
             _set_total(m, expr, sense)
         else:
             (m.minimize if sense == "min" else m.maximize)(expr)
-        if self.chosen is not None:
-            for var, val in zip(x, np.isin(self.ids, self.chosen)):
-                m.add_hint(var, bool(val))
+        if self.chosen is not None:  # the hint on every arc variable, written straight into the proto
+            m.proto.solution_hint.vars.extend(range(len(x)))
+            m.proto.solution_hint.values.extend(np.isin(self.ids, self.chosen).astype(np.int64).tolist())
         cb = None
         if progress and self.limits.progress:
             a = self.root
@@ -314,7 +362,7 @@ class _Chain:
         if status == cp_model.UNKNOWN:
             self.proven = False
             return "stopped", None
-        picked = np.array([s.boolean_value(v) for v in x], dtype=bool)
+        picked = np.array(list(s.response_proto.solution), dtype=np.int64)[: len(x)] == 1  # x come first
         self.chosen = self.ids[picked]
         if status != cp_model.OPTIMAL:
             self.proven = False

@@ -16,6 +16,8 @@ and raises TooLarge otherwise, so ``--check`` falls back to exhaustive enumerati
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import time
 
 import numpy as np
@@ -23,7 +25,7 @@ import numpy as np
 from solver.arcs import Arcs
 from solver.arcs import by_gpu as arcs_by_gpu
 from solver.scales import MASS_SCALE
-from solver.solvers import Limits, Solution, TooLarge, stage_key
+from solver.solvers import Limits, Solution, Stopped, TooLarge, check_deadline, stage_key, usable
 
 #: Class-count states the free-order DP takes: 2^12 for 12 distinct GPUs, far more GPUs in few classes.
 MAX_STATES_FREE_ORDER = 4096
@@ -60,14 +62,14 @@ def dp_states(arcs: Arcs) -> int:
     """DP states per boundary: k + 1 with the order as given, else the class-count states."""
     if arcs.order == "as-given":
         return arcs.n_gpus + 1
-    return int(np.prod(np.bincount(arc_classes(arcs)) + 1))
+    return math.prod(int(m) + 1 for m in np.bincount(arc_classes(arcs)))
 
 
 class _Graph:
     """Levels of the DP (stage number, or counts of GPUs used per class) and the arcs between them."""
 
-    def __init__(self, arcs: Arcs):
-        self.arcs = arcs
+    def __init__(self, arcs: Arcs, deadline: float | None = None):
+        self.arcs, self.deadline = arcs, deadline
         self.free_order = arcs.order == "auto"
         k = arcs.n_gpus
         by_gpu = arcs_by_gpu(arcs)
@@ -78,7 +80,7 @@ class _Graph:
             cls = arc_classes(arcs)
             self.members = [np.flatnonzero(cls == c) for c in range(cls.max() + 1)]
             self.mult = np.array([len(m) for m in self.members])
-            states = int(np.prod(self.mult + 1))
+            states = math.prod(int(m) + 1 for m in self.mult)  # Python ints: 64 classes overflow int64
             if states > MAX_STATES_FREE_ORDER:
                 raise TooLarge(
                     f"the free-order DP takes at most {MAX_STATES_FREE_ORDER:,} states, not {states:,}"
@@ -204,7 +206,9 @@ class _Graph:
         first = np.full(n, NONE, dtype=np.int64)
         first[origin] = 0
         table = {levels[0]: (first, np.zeros(n, dtype=np.int64))}
-        for level in levels[1:]:
+        for i, level in enumerate(levels[1:]):
+            if i % 16 == 0:
+                check_deadline(self.deadline)
             best_m = np.full(n, NONE, dtype=np.int64)
             best_t = np.full(n, BIG, dtype=np.int64)
             alive = None if self.alive is None else self.alive.get(level)
@@ -231,7 +235,9 @@ class _Graph:
         first = np.full(n, BIG, dtype=np.int64)
         first[0] = -BIG
         table = {self.levels[0]: first}
-        for level in self.levels[1:]:
+        for i, level in enumerate(self.levels[1:]):
+            if i % 16 == 0:
+                check_deadline(self.deadline)
             best = np.full(n, BIG, dtype=np.int64)
             for linked, link in self.entering(level):
                 if linked not in table:
@@ -244,6 +250,23 @@ class _Graph:
                 table[level] = best
         last = table.get(self.final)
         return None if last is None or last[-1] >= BIG else int(last[-1])
+
+    def placement(self, plan: list[int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """(GPU of each stage, cuts) of a traced plan: with a free order its arcs are those of each
+        class's first GPU, so a class's stages take its GPUs in rig order."""
+        a = self.arcs
+        plan = sorted(plan, key=lambda i: int(a.start[i]))
+        if not self.free_order:
+            gpus = [int(a.gpu[i]) for i in plan]
+        else:
+            first = {int(m[0]): c for c, m in enumerate(self.members)}
+            used = [0] * len(self.members)
+            gpus = []
+            for i in plan:
+                c = first[int(a.gpu[i])]
+                gpus.append(int(self.members[c][used[c]]))
+                used[c] += 1
+        return tuple(gpus), tuple(int(a.start[i]) for i in plan[1:])
 
     def optimum(self, allowed: np.ndarray) -> tuple[int, int] | None:
         """Best (mass, time) of a whole plan using only ``allowed`` arcs."""
@@ -313,31 +336,46 @@ def path_minimax(arcs: Arcs, weight: np.ndarray, allowed: np.ndarray) -> int:
 
 
 def solve_dp(arcs: Arcs, limits: Limits | None = None) -> Solution:
-    """The exact plan by dynamic programming (free order: at most 4,096 class-count states)."""
+    """The exact plan by dynamic programming (free order: at most 4,096 class-count states).
+
+    ``limits``' deadline stops it: once the objective is settled, "feasible" with a plan of it
+    traced back through its pass (the bound is the objective; the tie-breaks are what is left),
+    before that "unknown"."""
     if arcs.subsets:  # idle GPUs or hosts in a free order: states over the GPUs used
         from solver.solvers.subsetdp import solve_subsets
 
         return solve_subsets(arcs, limits)
     t0 = time.perf_counter()
-    graph = _Graph(arcs)
+    graph = _Graph(arcs, None if limits is None else limits.deadline(t0))
+    found: list[Solution] = []
+    try:
+        got = _settle(graph, found)
+    except Stopped:
+        got = dataclasses.replace(found[-1], status="feasible") if found else Solution("dp", "unknown")
+    return dataclasses.replace(got, info={"wall_ms": (time.perf_counter() - t0) * 1e3})
 
-    def infeasible() -> Solution:
-        return Solution("dp", "infeasible", info={"wall_ms": (time.perf_counter() - t0) * 1e3})
 
+def _settle(graph: _Graph, found: list[Solution]) -> Solution:
+    """The whole chain; ``found`` gets a plan of the objective as soon as it is settled."""
+    arcs = graph.arcs
     allowed = np.ones(len(arcs), dtype=bool)
     top = 0
     if arcs.objective == "throughput":
         keys = stage_key(arcs)
         top = graph.minimax(keys, allowed)
         if top is None:
-            return infeasible()
+            return Solution("dp", "infeasible")
         allowed = keys <= top
     first = graph.forward(allowed)
     best = graph.best_plan(allowed, table=first)
     if best is None:
-        return infeasible()
+        return Solution("dp", "infeasible")
     mass_star, time_star, plan = best
     cap = arcs.time_cap(time_star)
+    bound = objective_bound(arcs, top, mass_star, time_star)
+    traced = Solution("dp", "optimal", *graph.placement(plan), bound)
+    if usable(arcs, traced) is not None:  # what a stop returns: a plan of the objective, within the limit
+        found.append(traced)
 
     def good(m: int | np.ndarray, t: int | np.ndarray) -> bool | np.ndarray:
         return (m == mass_star) & (t <= cap)
@@ -363,10 +401,7 @@ def solve_dp(arcs: Arcs, limits: Limits | None = None) -> Solution:
     cuts = _greedy_cuts(graph, allowed, good)
     gpus = _greedy_order(graph, allowed, cuts, good)
     _check_host(arcs, gpus, cuts)
-    bound = objective_bound(arcs, top, mass_star, time_star)
-    return Solution(
-        "dp", "optimal", tuple(gpus), tuple(cuts), bound, info={"wall_ms": (time.perf_counter() - t0) * 1e3}
-    )
+    return Solution("dp", "optimal", tuple(gpus), tuple(cuts), bound)
 
 
 def objective_bound(arcs: Arcs, top: int, mass_star: int, time_star: int) -> float:

@@ -15,8 +15,10 @@ On the sweep's 16 different cards x 128 layers this keeps 725 of 127,200 arcs an
 optimum in under 3 s, where CP-SAT on the whole table took 53 s. The exact solver on the cut table
 is the DP where its class-count states are few, else CP-SAT; both run the whole tie-break chain.
 Over several hosts the exact host split (``solver.hostsplit``) cuts instead, in one solve. The
-throughput objective settles its slowest stage first, then cuts by time among the arcs within it.
-Idle GPUs are not pruned this way (``applies``).
+throughput objective settles its slowest stage first (over hosts by the host split in the min-max
+form, on one host by the capacity windows of ``solver.windows``), then cuts by time among the arcs
+within it, by the same split or windows, exactly. Those exact values leave ``host_limit`` out: an
+answer they lose to it falls back to the rounds. Idle GPUs are not pruned this way (``applies``).
 """
 
 from __future__ import annotations

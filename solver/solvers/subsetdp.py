@@ -24,20 +24,17 @@ bound (the tie-breaks are what is left); stopped before, "unknown".
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 
 import numpy as np
 
 from solver.arcs import Arcs, by_gpu
-from solver.solvers import Limits, Solution, TooLarge, stage_key, usable
+from solver.solvers import Limits, Solution, Stopped, TooLarge, check_deadline, stage_key, usable
 from solver.solvers.dp import BIG, NONE, _best, _check_host, _first, arc_classes, objective_bound
 
 #: Transitions (state, next GPU) one pass of a free order may take: 2^9 * 9 GPUs on one host.
 MAX_STEPS = 5000
-
-
-class Stopped(Exception):
-    """The deadline passed during a pass."""
 
 
 def subset_steps_for(order: str, mult: list[int], hosts: int) -> int:
@@ -45,15 +42,14 @@ def subset_steps_for(order: str, mult: list[int], hosts: int) -> int:
     class-count states (``mult`` GPUs in each class) times (hosts + 1) last hosts times the classes."""
     if order == "as-given":
         return sum(mult)
-    return int(np.prod(np.array(mult) + 1)) * (hosts + 1) * len(mult)
+    return math.prod(m + 1 for m in mult) * (hosts + 1) * len(mult)
 
 
 def gpu_classes(arcs: Arcs) -> np.ndarray:
     """Class of each GPU, shape (k,), numbered in rig order: GPUs with identical arcs on one host."""
     keys = list(zip(arc_classes(arcs).tolist(), arcs.hosts.tolist(), strict=True))
-    first = {key: i for i, key in reversed(list(enumerate(keys)))}
-    order = sorted(set(first.values()))
-    return np.array([order.index(first[key]) for key in keys], dtype=np.int64)
+    number: dict[tuple[int, int], int] = {}
+    return np.array([number.setdefault(key, len(number)) for key in keys], dtype=np.int64)
 
 
 def subset_steps(arcs: Arcs) -> int:
@@ -130,7 +126,7 @@ class _States:
         for state in range(self.count):
             if state not in table:
                 continue
-            _check(self.deadline)
+            check_deadline(self.deadline)
             lm, lt = table[state]
             for g, nxt, enters in self._succ[state]:
                 ids = self.by_gpu[g]
@@ -149,7 +145,7 @@ class _States:
         a, n = self.arcs, self.arcs.n_layers + 1
         table: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         for state in range(self.count - 1, -1, -1):
-            _check(self.deadline)
+            check_deadline(self.deadline)
             m = np.full(n, NONE, dtype=np.int64)
             t = np.full(n, BIG, dtype=np.int64)
             if self.terminal(state):
@@ -309,7 +305,7 @@ class _AsGiven:
         same, other = _nothing(size), (fm[0], ft[0])
         for g in range(k):
             if g % 64 == 0:
-                _check(self.deadline)
+                check_deadline(self.deadline)
             if self.new_host[g]:
                 other, same = _merge(*other, *same), _nothing(size)
             pm, pt = _merge(*same, *self._enter(*other))
@@ -334,7 +330,7 @@ class _AsGiven:
         )  # best steps by GPUs of g's host run from g, of later runs
         for g in range(k - 1, -1, -1):
             if g % 64 == 0:
-                _check(self.deadline)
+                check_deadline(self.deadline)
             if g + 1 < k and self.new_host[g + 1]:
                 run, after = _nothing(size), _merge(*after, *run)
             ids = self.by_gpu[g]
@@ -413,7 +409,7 @@ class _AsGiven:
         front_m[0], front_t[0] = 0, 0
         at, cuts = 0, []
         while True:
-            _check(self.deadline)
+            check_deadline(self.deadline)
             pm, pt = self._lead(front_m, front_t)
             ids = by_start[at]
             g, end = a.gpu[ids], a.end[ids]
@@ -478,11 +474,6 @@ def _merge(m1: np.ndarray, t1: np.ndarray, m2: np.ndarray, t2: np.ndarray) -> tu
 def _pick(x: tuple[int, int], y: tuple[int, int]) -> tuple[int, int]:
     """The better of two (mass, time) values."""
     return x if (-x[0], x[1]) <= (-y[0], y[1]) else y
-
-
-def _check(deadline: float | None) -> None:
-    if deadline is not None and time.perf_counter() > deadline:
-        raise Stopped
 
 
 def _on_cuts(arcs: Arcs, cuts: list[int]) -> np.ndarray:

@@ -1,0 +1,440 @@
+"""What a llama.cpp command does on a rig: the device of every layer and expert tensor, then its window.
+
+Devices: the rig's GPUs on the machine listed first, in rig order, are CUDA0.. after
+CUDA_VISIBLE_DEVICES renumbers them; ``--rpc`` endpoints are the GPUs of the other hosts (an
+endpoint ``host:port`` is the next GPU of that host in rig order), registered before the local ones,
+as llama.cpp does; ``-dev`` picks and orders them; ``-sm none`` keeps the ``-mg`` device only.
+Layers: ``slot_devices`` over the ``-ts`` values (or each device's ``free``), the output slot last,
+``-ngl`` leaving the first slots on the CPU. Tensors: the first ``-ot``/``-ncmoe``/``-cmoe`` rule
+found in a tensor's name sends it to that buffer type; a unit's bias and scale tensors go with it;
+a unit that stands for three tensors (a model without ``expert_tensors``) splits its bytes evenly
+among them.
+
+Time (as the plan's, solver.engines.llamacpp): each GPU stage's layers cost ``gpu_ms`` with the
+active share of every expert tensor it holds, its own or another layer's; a tensor on the CPU costs
+``cpu_ms``, and its layer ``2 * switch_ms`` (a remote GPU's layer the network hop to the main host and
+back as well); a tensor held on another GPU than its layer's costs ``2 * switch_ms`` (and the network
+hop both ways when the two are on different hosts); a layer on the CPU costs its dense bytes and its
+experts' active share at ``host_bandwidth``; stage boundaries, and a card holding only the output,
+cost a hand-off.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from fractions import Fraction
+
+import numpy as np
+
+from solver.engines import engine_of
+from solver.engines.bandwidth import speed_of, with_constants
+from solver.engines.base import StageFill
+from solver.engines.llamaargs import KV_TYPE_BYTES, LlamaArgs, moe_rules
+from solver.engines.llamacpp import Costs, base_tensor, slot_devices
+from solver.errors import ArgsError
+from solver.export import Offload
+from solver.plan import Placement, Stage, handoffs_ms
+from solver.problem import Problem, at_context
+from solver.scored import Card, Scored
+
+#: Non-expert tensors of a block, for telling a user when an -ot rule also matches them.
+DENSE_TENSORS = (
+    "attn_norm.weight",
+    "attn_q.weight",
+    "attn_k.weight",
+    "attn_v.weight",
+    "attn_output.weight",
+    "attn_qkv.weight",
+    "attn_q_a.weight",
+    "attn_kv_a_mqa.weight",
+    "ffn_norm.weight",
+    "post_attention_norm.weight",
+    "ffn_gate_inp.weight",
+    "ffn_gate_shexp.weight",
+    "ffn_up_shexp.weight",
+    "ffn_down_shexp.weight",
+    "ffn_gate.weight",
+    "ffn_up.weight",
+    "ffn_down.weight",
+)
+#: The CPU's column in a placement's bytes table.
+CPU = -1
+
+
+def run_problem(p: Problem, args: LlamaArgs) -> tuple[Problem, list[str]]:
+    """The rig as the command runs it: ``-c`` for the context, ``-ctk``/``-ctv`` for the KV bytes (the
+    model's ``kv_bytes_per_token`` is at F16, half K and half V), llama-bench's ``-d`` for the depth."""
+    notes = []
+    context = p.context if not args.ctx_size else args.ctx_size
+    if args.ctx_size == 0:
+        notes.append(
+            f"-c 0 means the model's training context, which the model file does not give; "
+            f"scored at the rig's {p.context:,}"
+        )
+    scale = sum(Fraction(*KV_TYPE_BYTES[t]) for t in (args.type_k, args.type_v)) / 4
+    q = at_context(p, context, scale)
+    if args.depth is not None:
+        q = with_constants(q, depth=args.depth)
+    return q, notes
+
+
+@dataclasses.dataclass(frozen=True)
+class Devices:
+    """The command's devices as rig GPUs: behind each CUDA number, each RPC device, and the model's
+    device list (what ``-ts`` positions and the layer split refer to), in order."""
+
+    cuda: list[int]
+    rpc: list[int]
+    model: list[int]
+
+    def names(self) -> list[str]:
+        """Every buffer type llama.cpp would list: the CPU and each device."""
+        return [
+            "CPU",
+            *[f"CUDA{i}" for i in range(len(self.cuda))],
+            *[f"RPC{i}" for i in range(len(self.rpc))],
+        ]
+
+    def of_buffer(self, buft: str, rule: str) -> int:
+        """The rig GPU (or CPU) a buffer type names; ArgsError for one llama.cpp would not know."""
+        if buft == "CPU":
+            return CPU
+        m = re.fullmatch(r"(CUDA|RPC)(\d+)", buft)
+        devices = self.cuda if m and m.group(1) == "CUDA" else self.rpc
+        if m is None or int(m.group(2)) >= len(devices):
+            raise ArgsError(f"-ot {rule}: unknown buffer type {buft!r} (this rig: {', '.join(self.names())})")
+        return devices[int(m.group(2))]
+
+
+def devices_of(p: Problem, args: LlamaArgs) -> Devices:
+    """The rig GPUs behind the command's devices (see the module docstring)."""
+    local = [g for g in range(p.n_gpus) if p.hosts[g] == 0]
+    cuda = local
+    if args.visible is not None:
+        wrong = [i for i in args.visible if i >= len(local)]
+        if wrong:
+            raise ArgsError(
+                f"CUDA_VISIBLE_DEVICES={','.join(map(str, args.visible))}: {p.host_names[0]} has GPUs "
+                f"0-{len(local) - 1} in the rig"
+            )
+        cuda = [local[i] for i in args.visible]
+    rpc = _rpc_gpus(p, args.rpc)
+    registry = {f"rpc{i}": g for i, g in enumerate(rpc)} | {f"cuda{i}": g for i, g in enumerate(cuda)}
+    if args.devices is None:
+        model = list(registry.values())
+    elif args.devices == ("none",):
+        model = []
+    else:
+        model = []
+        for name in args.devices:
+            if name.lower() not in registry:
+                known = ", ".join(n.upper() for n in registry) or "none"
+                raise ArgsError(f"-dev {','.join(args.devices)}: no device {name} (this rig: {known})")
+            if registry[name.lower()] in model:
+                raise ArgsError(f"-dev {','.join(args.devices)}: {name} is listed twice")
+            model.append(registry[name.lower()])
+    if args.split_mode in ("row", "tensor"):
+        raise ArgsError(
+            f"-sm {args.split_mode} splits every matrix over the GPUs; a score places whole layers "
+            f"(-sm layer or none)"
+        )
+    if args.split_mode == "none":
+        if args.main_gpu >= len(model):
+            raise ArgsError(f"-mg {args.main_gpu}: invalid main GPU ({len(model)} devices)")
+        model = [] if args.main_gpu < 0 else [model[args.main_gpu]]
+    return Devices(cuda, rpc, model)
+
+
+def _rpc_gpus(p: Problem, endpoints: tuple[str, ...]) -> list[int]:
+    """The rig GPU behind each ``--rpc`` endpoint: the next GPU of its host, in rig order."""
+    taken: dict[int, int] = {}
+    out = []
+    for endpoint in endpoints:
+        host = endpoint.rsplit(":", 1)[0]
+        if host not in p.host_names[1:]:
+            remote = ", ".join(p.host_names[1:]) or "none"
+            raise ArgsError(
+                f"--rpc {endpoint}: the rig has no other host {host!r} (its other hosts: {remote})"
+            )
+        h = p.host_names.index(host)
+        gpus = [g for g in range(p.n_gpus) if p.hosts[g] == h]
+        if taken.get(h, 0) >= len(gpus):
+            raise ArgsError(f"--rpc: more endpoints on {host} than its {len(gpus)} GPUs in the rig")
+        out.append(gpus[taken.get(h, 0)])
+        taken[h] = taken.get(h, 0) + 1
+    return out
+
+
+def layer_devices(p: Problem, args: LlamaArgs, dev: Devices) -> tuple[list[int], int]:
+    """The rig GPU (or CPU) of each planned layer, and of the output layer."""
+    n_blocks = p.n_layers + p.nextn_layers
+    ngl = args.n_gpu_layers
+    ngl = n_blocks + 1 if ngl is None or ngl < 0 else ngl
+    k = len(dev.model)
+    split = np.array(list(args.tensor_split[:k]) + [0.0] * (k - len(args.tensor_split[:k])), dtype=np.float32)
+    if not split.any():
+        split = p.free[dev.model].astype(np.float32)
+    where = slot_devices(split, n_blocks, ngl)
+    gpus = [CPU if d is None else dev.model[d] for d in where]
+    return gpus[: p.n_layers], gpus[n_blocks]
+
+
+def _mains(names: tuple[str, ...]) -> list[str]:
+    """A unit's own tensors (its bias and scale tensors go with them)."""
+    return [n for n in names if base_tensor(n) == n] or list(names[:1])
+
+
+def placed_bytes(
+    p: Problem, c: Costs, args: LlamaArgs, dev: Devices, layers: list[int]
+) -> tuple[np.ndarray, list[list[str]], list[str]]:
+    """Bytes of each unit (in Costs order) on each GPU, the CPU last (shape (U, k+1)); the names of each
+    unit's tensors on the CPU; notes on rules that reach past the expert tensors."""
+    rules = [(re.compile(pattern), buft, f"{pattern}={buft}") for pattern, buft in args.overrides]
+    targets = [dev.of_buffer(buft, shown) for _, buft, shown in rules]
+    notes = []
+    n_blocks = p.n_layers + p.nextn_layers
+    own = {pattern for pattern, _ in moe_rules(n_blocks) + moe_rules(cpu_moe=True)}  # experts only
+    for regex, _, shown in rules:
+        if regex.pattern in own:
+            continue
+        hit = next(
+            (f"blk.{i}.{t}" for i in range(n_blocks) for t in DENSE_TENSORS if regex.search(f"blk.{i}.{t}")),
+            None,
+        )
+        if hit:
+            notes.append(
+                f"-ot {shown} also matches {hit} and other tensors that are not routed experts; "
+                f"the score moves expert tensors only"
+            )
+
+    def where(name: str, home: int) -> int:
+        for (regex, _, _), target in zip(rules, targets):
+            if regex.search(name):
+                return target
+        return home
+
+    k = p.n_gpus
+    out = np.zeros((len(c.layer), k + 1), dtype=np.int64)
+    cpu_names: list[list[str]] = []
+    parted: list[str] = []
+    for i, u in enumerate(c.order):
+        layer = int(c.layer[i])
+        names = p.unit_names[int(u)]
+        mains = _mains(names)
+        home = layers[layer]
+        size = int(c.size[i])
+        on_cpu = []
+        for j, name in enumerate(mains):
+            d = where(Offload(layer, name).name, home)
+            out[i, d if d != CPU else k] += size * (j + 1) // len(mains) - size * j // len(mains)
+            companions = [n for n in names if n != name and base_tensor(n) == name]
+            for companion in companions:
+                other = where(Offload(layer, companion).name, home)
+                if other != d:
+                    parted.append(Offload(layer, companion).name)
+            if d == CPU:
+                on_cpu += [name, *companions]
+        cpu_names.append(on_cpu)
+    if parted:
+        notes.append(
+            f"{len(parted)} bias or scale tensors ({parted[0]}, ...) are sent elsewhere than their expert "
+            f"tensor; the score keeps each with its tensor"
+        )
+    return out, cpu_names, notes
+
+
+def score(p: Problem, args: LlamaArgs) -> Scored:
+    """The command's placement on the rig and its predicted window (see the module docstring)."""
+    q, notes = run_problem(p, args)
+    dev = devices_of(q, args)
+    layers, output = layer_devices(q, args, dev)
+    c = Costs.of(q)
+    placed, cpu_names, rule_notes = placed_bytes(q, c, args, dev, layers)
+    bounds = _stages(layers)
+    fills = [_fill(q, c, placed, cpu_names, g, a, b, output) for g, a, b in bounds]
+    stages = [_stage(q, g, a, b, f) for (g, a, b), f in zip(bounds, fills)]
+    cards = [_card(q, c, placed, g, a, b, output, f) for (g, a, b), f in zip(bounds, fills)]
+    runs = [g for g, _, _ in bounds]
+    extra_ms = 0.0
+    for g in range(q.n_gpus):  # cards that run no layer but hold the output or other layers' tensors
+        if g not in runs and (placed[:, g].any() or output == g):
+            held = placed[:, g] > 0
+            extra_ms += float(_held_ms(c, placed, g)[held].sum())
+            need = q.stage_bytes + (q.last_stage_bytes if output == g else 0) + int(placed[held, g].sum())
+            cards.append(
+                Card(g, q.gpu_names[g], None, output == g, 0, 0, 0, int(held.sum()), need, _avail(q, g))
+            )
+    cpu_end = next((i for i, d in enumerate(layers) if d != CPU), q.n_layers)
+    cpu_ms = _cpu_layers_ms(q, c, placed, cpu_end)
+    from_cpu = (placed[:, : q.n_gpus] > 0) & (c.layer < cpu_end)[:, None]
+    extra_ms += float(from_cpu.sum(axis=0) @ c.switch)
+    if runs and output not in (CPU, runs[-1]):
+        extra_ms += handoffs_ms(q, [runs[-1], output])
+    compute = sum(s.compute_ms for s in stages) + handoffs_ms(q, runs)
+    window, held_mass = engine_of(q).totals(q, fills, compute)
+    if cpu_ms or extra_ms:
+        window += cpu_ms + extra_ms
+        held_mass += float(c.cpu[from_cpu.any(axis=1)].sum()) / max(float(c.cpu.sum()), 1e-300)
+    cards.insert(0, _cpu_card(q, c, placed, cpu_end, output))
+    notes = [*args.notes, *notes, *rule_notes]
+    placed_by_user = args.n_gpu_layers is not None or args.tensor_split or args.overrides
+    fit_off = any(
+        w.split(" ")[0] in ("-fit", "--fit") and w.split(" ")[-1] in ("off", "0") for w in args.ignored
+    )
+    if not (placed_by_user or fit_off or args.bench):
+        notes.append(
+            "recent llama.cpp builds fit memory by themselves (--fit, on by default) when no -ngl, -ts, -ot "
+            "or -ncmoe is given; this is the placement without it"
+        )
+    if args.ignored:
+        notes.append(f"not modelled: {' '.join(args.ignored)}")
+    return Scored(q, Placement(stages, window, held_mass), cards, (0, cpu_end), cpu_ms, extra_ms, notes)
+
+
+def _stages(layers: list[int]) -> list[tuple[int, int, int]]:
+    """(GPU, start, end) of each run of layers on one GPU, in layer order (the CPU's are left out)."""
+    out: list[tuple[int, int, int]] = []
+    for layer, g in enumerate(layers):
+        if g == CPU:
+            continue
+        if out and out[-1][0] == g and out[-1][2] == layer:
+            out[-1] = (g, out[-1][1], layer + 1)
+        else:
+            out.append((g, layer, layer + 1))
+    return out
+
+
+def _avail(p: Problem, g: int) -> int:
+    return int(p.free[g]) - int(p.reserve[g])
+
+
+def _room(p: Problem, g: int, a: int, b: int, output: bool) -> int:
+    """What GPU g has for expert tensors after layers [a, b), their buffers and the ends it holds."""
+    first = p.first_stage_bytes if a == 0 else 0
+    last = p.last_stage_bytes if output else 0
+    return _avail(p, g) - p.stage_bytes - first - last - int(p.layer_bytes[a:b].sum())
+
+
+def _hops(p: Problem) -> np.ndarray:
+    """ms of a trip from GPU g to GPU h and back, shape (k, k): two switches, and the network both ways
+    between hosts."""
+    far = p.hosts[:, None] != p.hosts[None, :]
+    return 2.0 * speed_of(p).switch_ms + np.where(far, 2.0 * p.network_ms, 0.0)
+
+
+def _held_ms(c: Costs, placed: np.ndarray, g: int) -> np.ndarray:
+    """GPU ms each unit's bytes on GPU g add to g's reads (its whole ``held`` where g holds all of it)."""
+    return c.held[:, g] * (placed[:, g] / np.maximum(c.size, 1))
+
+
+def _fill(
+    p: Problem, c: Costs, placed: np.ndarray, cpu_names: list[list[str]], g: int, a: int, b: int, output: int
+) -> StageFill:
+    """Stage [a, b) on GPU g: its reads (its own held tensors and any other layer's it holds), its
+    tensors on the CPU and their layers' switches, and a trip there and back per tensor held away."""
+    k = p.n_gpus
+    mine = (c.layer >= a) & (c.layer < b)
+    here = placed[:, g] > 0
+    on_cpu = placed[:, k] > 0
+    cpu_share = placed[:, k] / np.maximum(c.size, 1)
+    held_ms = _held_ms(c, placed, g)
+    away = (placed[:, :k] > 0) & mine[:, None]
+    away[:, g] = False
+    switch = float(c.switch[g]) * len(np.unique(c.layer[mine & on_cpu])) + float(
+        away.sum(axis=0) @ _hops(p)[g]
+    )
+    guests = ~mine & here
+    gpu_ms = float(c.dense[a:b, g].sum()) + float(held_ms[mine & here].sum())
+    if guests.any():
+        gpu_ms += float(held_ms[guests].sum())
+    room = _room(p, g, a, b, output == g)
+    own, guest_bytes = int(placed[mine, g].sum()), int(placed[guests, g].sum())
+    total = float(c.cpu.sum())
+    on_gpu = mine & (cpu_share < 1)
+    return StageFill(
+        room=room,
+        cache_bytes=own,
+        held=int((mine & ~on_cpu).sum()),
+        visible=int(mine.sum()),
+        held_mass=float((c.cpu * (1.0 - cpu_share))[on_gpu].sum()) / total if total else 0.0,
+        miss_ms=float((c.cpu * cpu_share)[mine & on_cpu].sum()) + switch,
+        host_bytes=int(placed[mine, k].sum()),
+        offload=[(int(c.layer[u]), tuple(cpu_names[u])) for u in np.flatnonzero(mine & on_cpu)],
+        fits=room >= own + guest_bytes,
+        gpu_ms=gpu_ms,
+        switch_ms=switch,
+    )
+
+
+def _stage(p: Problem, g: int, a: int, b: int, f: StageFill) -> Stage:
+    return Stage(
+        gpu=g,
+        name=p.gpu_names[g],
+        start=a,
+        end=b,
+        room_bytes=f.room,
+        cache_bytes=f.cache_bytes,
+        held_pairs=f.held,
+        visible_pairs=f.visible,
+        held_mass=f.held_mass,
+        compute_ms=float(f.gpu_ms or 0.0),
+        miss_ms=f.miss_ms,
+        switch_ms=f.switch_ms,
+        host_bytes=f.host_bytes,
+        offload=f.offload,
+        fits=f.fits,
+    )
+
+
+def _card(
+    p: Problem, c: Costs, placed: np.ndarray, g: int, a: int, b: int, output: int, f: StageFill
+) -> Card:
+    k = p.n_gpus
+    mine = (c.layer >= a) & (c.layer < b)
+    here = placed[:, g] > 0
+    guests = ~mine & here
+    elsewhere = int(((placed[:, :k] > 0) & mine[:, None]).sum() - (mine & here).sum())
+    own = int(placed[mine, g].sum())
+    return Card(
+        gpu=g,
+        name=p.gpu_names[g],
+        layers=(a, b),
+        output=output == g,
+        held=int((mine & here).sum()),
+        offloaded=int((mine & (placed[:, k] > 0)).sum()),
+        elsewhere=elsewhere,
+        guests=int(guests.sum()),
+        need_bytes=_avail(p, g) - f.room + own + int(placed[guests, g].sum()),
+        avail_bytes=_avail(p, g),
+    )
+
+
+def _cpu_layers_ms(p: Problem, c: Costs, placed: np.ndarray, end: int) -> float:
+    """Layers [0, end) on the CPU: their dense bytes and their experts' active share at host_bandwidth."""
+    if end == 0:
+        return 0.0
+    k = p.n_gpus
+    mine = (c.layer < end) & (placed[:, k] > 0)
+    experts = float((c.cpu * placed[:, k] / np.maximum(c.size, 1))[mine].sum())
+    dense = p.dense_bytes if p.dense_bytes is not None else np.zeros(p.n_layers, dtype=np.int64)
+    return 1000.0 * float(dense[:end].sum()) / float(p.host_bandwidth or 1) + experts
+
+
+def _cpu_card(p: Problem, c: Costs, placed: np.ndarray, end: int, output: int) -> Card:
+    """Host memory: the layers left on the CPU and every expert tensor there, against ``host_memory``."""
+    k = p.n_gpus
+    on_cpu = placed[:, k] > 0
+    mine = c.layer < end
+    return Card(
+        gpu=None,
+        name="CPU",
+        layers=(0, end) if end else None,
+        output=output == CPU,
+        held=int((mine & on_cpu).sum()),
+        offloaded=0,
+        elsewhere=int(((placed[:, :k] > 0) & mine[:, None]).sum()),
+        guests=int((~mine & on_cpu).sum()),
+        need_bytes=int(p.layer_bytes[:end].sum()) + int(placed[:, k].sum()),
+        avail_bytes=p.host_memory,
+    )

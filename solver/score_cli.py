@@ -1,0 +1,142 @@
+"""``solve score RIG -- COMMAND...``: what a command the user runs today does on the rig, beside the plan.
+
+The words after ``--`` are the engine's own: llama-server, llama-cli or llama-bench flags for
+llama.cpp, the partition variable and pipeline size for vLLM and SGLang, ``--layer-split`` for Strata.
+The engine reads them as it would (solver.engines), places the model, and scores the placement with
+the plan's arithmetic; the planner then plans the same rig (the command's context and cache types
+included) and both are printed. Exit 0 once the command is scored, whether or not it fits memory
+(the output names every card that would run out, with its shortfall); 2 for bad input or a command
+the engine would refuse.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from solver import interrupt
+from solver.engines import ENGINES, engine_of, export_lines
+from solver.errors import ArgsError, InputError
+from solver.export import Launch, Offload
+from solver.export_hosts import Hosts
+from solver.options import SECONDS
+from solver.planner import Result
+
+EXIT_INPUT = 2
+
+
+#: An argument that is a whole line of an export: a comment, flags, a variable, or an engine's command.
+EXPORT_LINE = re.compile(r"\s*(#|-|export\s|[A-Za-z_]\w*=|(llama-server|rpc-server|vllm|python3?)\s)")
+
+
+def command_words(words: list[str]) -> list[str]:
+    """The command's words; an argument holding a whole line (an export's line pasted as one argument,
+    with spaces) is split as a shell would, ``export`` and comments dropped, and a line that starts an
+    ``rpc-server`` (it runs on another host) left out."""
+    out: list[str] = []
+    for word in words:
+        if not any(ch.isspace() for ch in word) or not re.match(EXPORT_LINE, word):
+            out.append(word)
+            continue
+        for line in word.splitlines():
+            parts = [w for w in shlex.split(line, comments=True) if w != "export"]
+            if "rpc-server" not in parts:
+                out += parts
+    return out
+
+
+def plan_export(r: Result) -> list[str] | None:
+    """The lines that make the engine run the plan (None: no plan, or one its flags cannot say)."""
+    plan, p = r.plan, r.problem
+    if plan is None:
+        return None
+    offload = [Offload(layer, name) for s in plan.stages for layer, names in s.offload for name in names]
+    hosts = (
+        Hosts(tuple(p.host_names[h] for h in p.hosts), local=p.host_names[0])
+        if len(p.host_names) > 1
+        else None
+    )
+    try:
+        return export_lines(
+            p.engine,
+            plan.gpus,
+            plan.cuts,
+            p.n_layers,
+            offload,
+            extra_blocks=p.nextn_layers,
+            hosts=hosts,
+            launch=Launch.of(p),
+        )
+    except ValueError:
+        return None
+
+
+@click.command(
+    "score",
+    context_settings={"help_option_names": ["-h", "--help"]},
+    epilog="Example: solve score rigs/llama-mix.yaml -- llama-server -m MODEL.gguf -ngl 99 --n-cpu-moe 60",
+)
+@click.argument("rig", type=click.Path(path_type=Path))
+@click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="-- COMMAND...")
+@click.option("--model", type=click.Path(path_type=Path), help="Model file, instead of the rig's.")
+@click.option("--profile", type=click.Path(path_type=Path), help="Routing profile, instead of the model's.")
+@click.option(
+    "--engine",
+    type=click.Choice(ENGINES),
+    help="The engine the command runs (default: the rig's, else strata).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object: the score and the plan.")
+@click.option("--time-limit", type=SECONDS, help="Plan within SECONDS.")
+@click.option("--workers", type=click.IntRange(min=1), default=None, help="CP-SAT worker threads.")
+def score(
+    rig: Path,
+    command: tuple[str, ...],
+    model: Path | None,
+    profile: Path | None,
+    engine: str | None,
+    as_json: bool,
+    time_limit: float | None,
+    workers: int | None,
+) -> None:
+    """Score the command you run today on RIG, and show the plan beside it.
+
+    COMMAND is what follows '--': the flags of llama-server, llama-cli or llama-bench (-ngl -sm -ts -mg
+    -dev -ot -ncmoe -cmoe -c -ctk -ctv, with CUDA_VISIBLE_DEVICES=... before them), or for vLLM and
+    SGLang the partition variable and pipeline size. Prints per card what it holds and whether it fits,
+    the predicted tokens/s, and the plan's.
+    """
+    started = interrupt.take_start() or time.perf_counter()  # --time-limit counts the imports too
+    from solver.cli import default_workers
+    from solver.console import console as make_console
+    from solver.planner import plan_rig
+    from solver.problem import Overrides, load_problem
+    from solver.score_report import print_score, to_score_json
+    from solver.solvers import Limits
+
+    words = command_words(list(command))
+    if not words:
+        click.echo("score: give the command after --, e.g. solve score RIG -- -ngl 99 -ts 3,1", err=True)
+        sys.exit(EXIT_INPUT)
+    try:
+        problem = load_problem(rig, Overrides(model=model, profile=profile, engine=engine))
+        runner = engine_of(problem)
+        scored = runner.score(problem, runner.read_command(words))
+    except InputError as exc:
+        click.echo(str(exc), err=True)
+        sys.exit(EXIT_INPUT)
+    except ArgsError as exc:
+        click.echo(f"score: {exc}", err=True)
+        sys.exit(EXIT_INPUT)
+    limits = Limits(time_limit=time_limit, workers=workers or default_workers(), started=started)
+    result = plan_rig(scored.problem, limits)
+    export = plan_export(result)
+    if as_json:
+        click.echo(json.dumps(to_score_json(scored, words, result, export), indent=2))
+    else:
+        print_score(scored, result, export, make_console())
