@@ -156,3 +156,21 @@ def test_kv_types_agree_with_ggml():
     assert set(KV_TYPES) == set(GGML)
     for name, kind in GGML.items():
         assert KV_TYPES[name] == Fraction(kind.size, kind.block), name
+
+
+def test_the_plans_command_scores_as_the_plan_at_every_kv_type(tmp_path):
+    """solve score reads -ctk/-ctv against the KV type the plan's bytes are at: the export of a q8_0 plan
+    scores as that plan, and the same command without -ctk/-ctv as an f16 cache."""
+    rig = newcomer_rig(tmp_path)
+    for kv in ("f16", "q8_0", "q4_0"):
+        d = plan_json(rig, "--kv-type", kv, "--export", "llama.cpp")
+        res = run("score", rig, "--json", "--", *d["export"]["lines"])
+        assert res.exit_code == 0, res.output
+        assert abs(json.loads(res.stdout)["score"]["window_ms"] - d["window_ms"]) <= 1e-9 * d["window_ms"], kv
+    q8 = plan_json(rig, "--kv-type", "q8_0", "--export", "llama.cpp")
+    [line] = [x for x in q8["export"]["lines"] if not x.startswith("#")]
+    f16_line = line.replace(" -ctk q8_0 -ctv q8_0 -fa on", "")
+    rig.write_text(rig.read_text() + "kv_type: q8_0\n")
+    as_f16 = json.loads(run("score", rig, "--json", "--", f16_line).stdout)["score"]
+    same = json.loads(run("score", rig.parent / "mine.yaml", "--json", "--", line).stdout)["score"]
+    assert as_f16["window_ms"] >= same["window_ms"] and abs(same["window_ms"] - q8["window_ms"]) < 1e-6
