@@ -523,6 +523,8 @@ def render(title: str, rows: list[RigBench], import_ms: float | None, console: C
     """
     from rich.table import Table
 
+    from solver.console import print_lines, split_to_fit
+
     notes: list[str] = []
 
     def cell(t: Timing) -> str:
@@ -560,9 +562,9 @@ def render(title: str, rows: list[RigBench], import_ms: float | None, console: C
             _ratio(r.ratio("end-to-end", import_ms)),
             *([_fresh(r.fresh)] if fresh else []),
         )
-    console.print(table)
+    print_lines(console, *split_to_fit(table, console))
     for i, note in enumerate(notes, 1):
-        console.print(f"[dim][{i}] skipped: {note}[/dim]")
+        print_lines(console, f"[dim][{i}] skipped: {note}[/dim]")
 
 
 def _status(status: str, gap: float | None) -> str:
@@ -832,6 +834,7 @@ def report(
 ) -> None:
     """The human output: the rigs' table, process times, the sweep's table and the import line."""
     from solver.console import console as make_console
+    from solver.console import print_lines
 
     console = make_console()
     render("rigs", rows, imports.median, console)
@@ -839,10 +842,11 @@ def report(
         if "solve process" in r.pieces:
             ratio = _ratio(r.ratio("solve process", imports.median))
             took = _line(r.pieces["solve process"])
-            console.print(f"solve {r.name} --json, fresh interpreter: {took}, {ratio} import")
+            print_lines(console, f"solve {r.name} --json, fresh interpreter: {took}, {ratio} import")
     if sweep_rows is not None:
         render(f"sweep ({sweep_title})", sweep_rows, imports.median, console)
-    console.print(
+    print_lines(
+        console,
         f"import ({IMPORT_CODE!r}, fresh interpreter): {_line(imports)}; {settings.workers} CP-SAT workers; "
-        f"medians of up to {settings.repeat} runs per piece, fewer once a piece took {settings.budget_s:g} s"
+        f"medians of up to {settings.repeat} runs per piece, fewer once a piece took {settings.budget_s:g} s",
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import os
@@ -19,15 +20,17 @@ from solver import interrupt
 from solver.atomicfile import atomic_open, output_kind, refuse_inputs
 from solver.config import shown_path
 from solver.console import console as make_console
-from solver.engines import ENGINES, export_lines
+from solver.engines import ENGINES, engine_named, export_lines
 from solver.errors import InputError
-from solver.export import Offload, check_export_engine
+from solver.export import Launch, Offload, check_export_engine
 from solver.export_hosts import Hosts
+from solver.kvcache import KV_TYPES
 from solver.model_cli import model_group, rig_group
 from solver.options import SECONDS
 from solver.plausible import doubts
 from solver.problem import Overrides, load_problem
 from solver.profile_cli import profile_group
+from solver.shells import DEFAULT_SHELL, SHELLS
 from solver.solvers import Limits
 
 if TYPE_CHECKING:
@@ -65,8 +68,16 @@ class _DefaultToPlan(click.Group):
         ("solve rigs/box.yaml --order auto --check", "also choose the GPU order; verify with an oracle"),
         ("solve rigs/duo.yaml --json --out plan.json", "the plan as one JSON object, also saved to a file"),
         ("solve rigs/box.yaml --context 65536 --export strata", "plan a 64K context; print the engine flags"),
+        ("solve rigs/llama-mix.yaml --contexts 8K,32K,128K --kv-types f16,q8_0", "tokens/s at each context"),
         ("solve rigs/box.yaml --plot plan.svg", "draw VRAM and compute per GPU (.png, .svg or .pdf)"),
-        ("solve rigs/llama-mix.yaml --export llama.cpp", "plan for llama.cpp; print -ts and the -ot regex"),
+        (
+            "solve rigs/llama-mix.yaml --export llama.cpp",
+            "plan for llama.cpp; print the llama-server command",
+        ),
+        (
+            "solve rigs/llama-mix.yaml --export llama.cpp --shell powershell",
+            "the same, quoted for PowerShell",
+        ),
         ("solve rigs/vllm-mix.yaml --objective throughput", "plan vLLM stages for batched serving"),
         ("solve score rigs/llama-mix.yaml -- -ngl 99 -ncmoe 80", "what your llama.cpp command does, per GPU"),
         ("solve probe -o rigs/mine.yaml", "write a rig from this machine's GPUs, to edit and plan"),
@@ -184,7 +195,36 @@ def _progress(enabled: bool) -> tuple[Callable[[str, float, float], None] | None
 @click.option(
     "--export",
     type=click.Choice(ENGINES),
-    help="Print the flags that make ENGINE (the plan's engine) run the plan.",
+    help="Print the command that makes ENGINE (the plan's engine) run the plan.",
+)
+@click.option(
+    "--shell",
+    type=click.Choice(SHELLS),
+    default=DEFAULT_SHELL,
+    show_default=True,
+    help="Quote the --export command for this shell (cmd: Windows cmd.exe).",
+)
+@click.option(
+    "--kv-type",
+    type=click.Choice(tuple(KV_TYPES)),
+    help="KV cache type (llama.cpp's -ctk/-ctv), instead of the rig's or model's.",
+)
+@click.option(
+    "--fit-off",
+    is_flag=True,
+    help="Add -fit off to the llama.cpp command: builds whose llama-server --help lists --fit.",
+)
+@click.option(
+    "--contexts",
+    metavar="LIST",
+    callback=lambda _ctx, _param, value: _listed(value, "parse_contexts"),
+    help="Plan at each context (8K,32K,128K: K is 1,024 tokens) and print one table of tokens/s.",
+)
+@click.option(
+    "--kv-types",
+    metavar="LIST",
+    callback=lambda _ctx, _param, value: _listed(value, "parse_kv_types"),
+    help="Plan with each KV cache type (f16,q8_0,q4_0), one table; with --contexts, every pair.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
 @click.option(
@@ -195,8 +235,8 @@ def _progress(enabled: bool) -> tuple[Callable[[str, float, float], None] | None
 @click.option(
     "--plot",
     type=click.Path(path_type=Path),
-    help="Draw VRAM and compute per GPU and the mass curve to FILE: .png, .svg or .pdf "
-    "(needs moesplit[plot]).",
+    help="Draw VRAM and time per GPU beside the engine's default (with --contexts: tokens/s against "
+    "context) to FILE: .png, .svg or .pdf (needs moesplit[plot]).",
 )
 @click.option(
     "--workers",
@@ -217,6 +257,11 @@ def plan_cmd(
     check: bool,
     engine: str | None,
     export: str | None,
+    shell: str,
+    kv_type: str | None,
+    fit_off: bool,
+    contexts: list[int] | None,
+    kv_types: list[str] | None,
     as_json: bool,
     out: Path | None,
     plot: Path | None,
@@ -229,12 +274,23 @@ def plan_cmd(
     from solver.planner import plan_rig
     from solver.report import print_report, to_json
 
+    overrides = Overrides(model, profile, objective, order, context, engine, idle_gpus, kv_type=kv_type)
+    if contexts is not None or kv_types is not None:
+        alone = {"--context": context, "--kv-type": kv_type, "--export": export, "--check": check or None}
+        clash = next((flag for flag, value in alone.items() if value is not None), None)
+        if clash:
+            raise click.UsageError(
+                f"{clash} plans one context and KV type; --contexts/--kv-types plan several"
+            )
+        limits = Limits(time_limit=time_limit, workers=workers)
+        _sweep(rig, overrides, contexts, kv_types, limits, as_json, out, plot)
+        return
     try:
         if plot:
             from solver.plotting import check_plot_file
 
             check_plot_file(plot, shown_path(plot))
-        problem = load_problem(rig, Overrides(model, profile, objective, order, context, engine, idle_gpus))
+        problem = load_problem(rig, overrides)
         refused = check_export_engine(export, problem.engine) if export else None
         if refused:
             raise InputError(shown_path(rig), f"--export {export}: {refused}")
@@ -255,10 +311,10 @@ def plan_cmd(
             Limits(time_limit=time_limit, workers=workers, progress=progress, started=started),
             check=check,
         )
-    flags = _export_flags(export, result) if export and result.plan else []
+    flags = _export_lines(export, result, shell, fit_off) if export and result.plan else []
     report = to_json(result)
     if export:
-        report["export"] = {"engine": export, "lines": flags}
+        report["export"] = {"engine": export, "shell": shell, "lines": flags}
     try:
         if out:
             with atomic_open(out, shown_path(out)) as f:
@@ -268,6 +324,7 @@ def plan_cmd(
             from solver.plotting import plot_result
 
             plot_result(result, plot, shown_path(plot))
+            click.echo(f"wrote {shown_path(plot)}", err=True)
     except InputError as exc:
         click.echo(str(exc), err=True)
         sys.exit(EXIT_INPUT)
@@ -279,7 +336,8 @@ def plan_cmd(
         console = make_console()
         print_report(result, console)
         if flags:
-            console.print(f"\n[bold]{export}[/bold] flags:")
+            what = engine_named(export).export_noun
+            console.print(f"\n[bold]{export}[/bold] {what} ({shell}):")
             for line in flags:
                 click.echo(line)
     if result.plan is None or result.status not in PLANNED:
@@ -288,16 +346,87 @@ def plan_cmd(
         sys.exit(EXIT_DISAGREE)
 
 
-def _export_flags(engine: str, result: Result) -> list[str]:
-    """The lines that make ``engine`` run the plan; a plan the engine cannot express exits 2."""
+def _listed(value: str | None, parser: str) -> list | None:
+    """A --contexts or --kv-types list, parsed by solver.sweep (imported only when one is given)."""
+    if value is None:
+        return None
+    from solver import sweep
+
+    try:
+        return getattr(sweep, parser)(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def _sweep(
+    rig: Path,
+    overrides: Overrides,
+    contexts: list[int] | None,
+    kv_types: list[str] | None,
+    limits: Limits,
+    as_json: bool,
+    out: Path | None,
+    plot: Path | None,
+) -> None:
+    """``--contexts``/``--kv-types``: plan every (context, KV type), one table (or a JSON list, or a
+    plot of tokens/s against context); exits 3 when no point has a plan."""
+    from solver.report import to_json
+    from solver.sweep import print_sweep, sweep
+
+    try:
+        if plot:
+            from solver.plotting import check_plot_file
+
+            check_plot_file(plot, shown_path(plot))
+        first = load_problem(rig, overrides)
+        for kv in kv_types or []:  # each type the engine runs, checked before any planning
+            load_problem(rig, dataclasses.replace(overrides, kv_type=kv))
+        for path in (out, plot):
+            if path:
+                output_kind(path, shown_path(path))
+                refuse_inputs(path, shown_path(path), [Path(f) for f in first.files.values()])
+        points = sweep(rig, overrides, contexts or [None], kv_types or [None], limits)
+        report = [to_json(pt.result) for pt in points]
+        if out:
+            with atomic_open(out, shown_path(out)) as f:
+                json.dump(report, f, indent=2)
+                f.write("\n")
+        if plot:
+            from solver.plotting import plot_sweep
+
+            plot_sweep(points, plot, shown_path(plot))
+            click.echo(f"wrote {shown_path(plot)}", err=True)
+    except InputError as exc:
+        click.echo(str(exc), err=True)
+        sys.exit(EXIT_INPUT)
+    if as_json:
+        click.echo(json.dumps(report, indent=2))
+    else:
+        print_sweep(points, make_console())
+    if all(pt.result.plan is None for pt in points):
+        sys.exit(EXIT_NO_PLAN)
+
+
+def _export_lines(engine: str, result: Result, shell: str, fit_off: bool) -> list[str]:
+    """The lines that make ``engine`` run the plan, for ``shell``; a plan the engine cannot express (or
+    a word the shell cannot be given) exits 2."""
     plan, p = result.plan, result.problem
     offload = [Offload(layer, name) for s in plan.stages for layer, names in s.offload for name in names]
     hosts = None
     if len(p.host_names) > 1:  # the machine listed first in the rig runs the main command
         hosts = Hosts(tuple(p.host_names[h] for h in p.hosts), local=p.host_names[0])
+    launch = Launch.of(p, fit_off)
     try:
         return export_lines(
-            engine, plan.gpus, plan.cuts, p.n_layers, offload, extra_blocks=p.nextn_layers, hosts=hosts
+            engine,
+            plan.gpus,
+            plan.cuts,
+            p.n_layers,
+            offload,
+            extra_blocks=p.nextn_layers,
+            hosts=hosts,
+            launch=launch,
+            shell=shell,
         )
     except ValueError as exc:
         click.echo(f"--export {engine}: {exc}", err=True)

@@ -20,6 +20,7 @@ from pydantic import (
 
 from solver.engines import DEFAULT_ENGINE, REGISTRY
 from solver.errors import InputError, brief
+from solver.kvcache import KV_TYPES
 from solver.units import parse_rate, parse_size
 from solver.yamlfile import YamlDoc, key_name, load_yaml
 
@@ -53,6 +54,15 @@ Share = Annotated[float, BeforeValidator(_yaml12_float), Field(gt=0, le=1, allow
 Count = Annotated[int, Field(ge=1, le=COUNT_MAX)]
 Whole = Annotated[int, Field(ge=0, le=COUNT_MAX)]
 FilePath = Annotated[str, Field(min_length=1)]
+
+
+def _known_kv_type(name: str) -> str:
+    if name not in KV_TYPES:
+        raise ValueError(f"unknown KV cache type {brief(name)}; choose one of {', '.join(KV_TYPES)}")
+    return name
+
+
+KvType = Annotated[str, AfterValidator(_known_kv_type)]
 
 
 def _tagged(one: Any, many: Any) -> Any:
@@ -138,6 +148,7 @@ class RigConfig(_Strict):
     layer_overhead_ms: NonNegMs | None = None
     switch_ms: NonNegMs | None = None
     depth: Annotated[int, Field(ge=0, le=COUNT_MAX)] = 0
+    kv_type: KvType | None = None
     gpu_memory_utilization: Share | None = None
     gpus: Annotated[list[GpuConfig], Field(min_length=1)]
 
@@ -162,6 +173,9 @@ class ModelConfig(_Strict):
     expert_tensors: dict[str, PerLayerSize] | None = None
     max_context: Count | None = None
     nextn_layers: Whole = 0
+    kv_type: KvType = "f16"
+    gguf: FilePath | None = None
+    hf_model: FilePath | None = None
     vocab_size: Count | None = None
     embedding_bytes: Size = 0
     other_weight_bytes: Size = 0

@@ -1,16 +1,22 @@
-"""The pieces of the engines' exports: device order, partition variables, llama.cpp's -ts and -ot.
+"""The pieces of the engines' exports: the lines, device order, partition variables, llama.cpp's -ts and -ot.
 
-Pure functions, no I/O; each engine assembles its own lines from them (solver.engines). Each
-engine's mapping from these flags to layers and devices is re-implemented in tests/engine_mapping.py
-and checked over random plans in tests/test_export.py; docs/exports.md says why each form is exact.
+Pure functions, no I/O; each engine assembles its own lines from them (solver.engines) and
+solver.shells writes them for the user's shell. Each engine's mapping from these flags to layers and
+devices is re-implemented in tests/engine_mapping.py and checked over random plans in
+tests/test_export.py; docs/exports.md says why each form is exact.
 """
 
 from __future__ import annotations
 
 import re
-import shlex
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from solver.kvcache import DEFAULT_KV_TYPE
+
+if TYPE_CHECKING:
+    from solver.problem import Problem
 
 # llama.cpp refuses a --tensor-split with llama_max_devices() (16) entries or more (common/arg.cpp).
 LLAMA_MAX_SPLITS = 15
@@ -18,6 +24,72 @@ LLAMA_MAX_SPLITS = 15
 LLAMA_ALL_LAYERS = 999
 # What a tensor name may hold: no regex metacharacter but '.', and no ',' or '=' that -ot splits on.
 _NAME = re.compile(r"[A-Za-z0-9_.]+")
+#: CUDA_VISIBLE_DEVICES that hides every GPU: CUDA lists the devices before the first invalid index.
+NO_DEVICES = "-1"
+
+
+@dataclass(frozen=True)
+class Command:
+    """A command to run: ``argv``, with ``env`` set for it on the same line, in the background when
+    ``background`` (a server the next lines talk to)."""
+
+    argv: tuple[str, ...]
+    env: tuple[tuple[str, str], ...] = ()
+    background: bool = False
+
+
+@dataclass(frozen=True)
+class SetEnv:
+    """A variable set for every command after it (``export NAME=VALUE``)."""
+
+    name: str
+    value: str
+
+
+@dataclass(frozen=True)
+class Flags:
+    """Flags to add to a command the user starts some other way (Strata's ``--layer-split``)."""
+
+    words: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Comment:
+    """A line for the reader: which machine runs what, what a placeholder stands for."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class Text:
+    """A line to paste into a file as it is (Strata's JSON config line), never a shell's."""
+
+    text: str
+
+
+Line = Command | SetEnv | Flags | Comment | Text
+
+
+@dataclass(frozen=True)
+class Launch:
+    """What an engine's command needs besides the split.
+
+    ``gguf``: the GGUF file llama.cpp loads; ``hf_model``: the checkpoint directory or Hugging Face id
+    vLLM and SGLang load (None: a placeholder the export names); ``context``: the KV tokens the plan
+    assumed (0: none, which no command can give); ``kv_type``: the KV cache type; ``fit_off``: add
+    llama.cpp's ``-fit off`` (builds that have ``--fit`` only).
+    """
+
+    gguf: str | None = None
+    hf_model: str | None = None
+    context: int = 0
+    kv_type: str = DEFAULT_KV_TYPE
+    fit_off: bool = False
+
+    @classmethod
+    def of(cls, p: Problem, fit_off: bool = False) -> Launch:
+        """What the plan of ``p`` assumed: its model files, context and KV cache type."""
+        return cls(gguf=p.gguf, hf_model=p.hf_model, context=p.context, kv_type=p.kv_type, fit_off=fit_off)
 
 
 @dataclass(frozen=True)
@@ -55,20 +127,31 @@ def stage_sizes(cuts: list[int], n_layers: int) -> list[int]:
     return [b - a for a, b in zip([0, *cuts], [*cuts, n_layers])]
 
 
-def device_order(gpus: list[int]) -> list[str]:
-    """``CUDA_VISIBLE_DEVICES=...`` unless the engine's devices 0..k-1 already are the plan's.
-
-    Environment lines are bare ``NAME=VALUE`` assignments, the form the engines document: export them,
-    or put them before the engine's command.
-    """
+def device_order(gpus: list[int]) -> tuple[tuple[str, str], ...]:
+    """``CUDA_VISIBLE_DEVICES`` as the plan's GPUs in pipeline order, unless the engine's devices
+    0..k-1 already are the plan's."""
     if list(gpus) == list(range(len(gpus))):
-        return []
-    return [f"CUDA_VISIBLE_DEVICES={','.join(map(str, gpus))}"]
+        return ()
+    return (("CUDA_VISIBLE_DEVICES", ",".join(map(str, gpus))),)
 
 
-def env_line(name: str, sizes: list[int]) -> str:
-    """``NAME=c_0,c_1,...``: an engine's layers-per-stage variable."""
-    return f"{name}={','.join(map(str, sizes))}"
+def joined(sizes: list[int]) -> str:
+    """``c_0,c_1,...``: layers per stage as the engines' partition flags and variables take them."""
+    return ",".join(map(str, sizes))
+
+
+def placeholder(given: str | None, name: str, what: str) -> tuple[str, list[Line]]:
+    """The model a command loads, or ``name`` and a comment that says what to put there."""
+    if given is not None:
+        return given, []
+    return name, [Comment(f"{name}: {what}")]
+
+
+def context_flag(flag: str, context: int) -> tuple[list[str], list[Line]]:
+    """``flag CONTEXT``, or nothing and a comment when the plan assumed no KV cache at all."""
+    if context > 0:
+        return [flag, str(context)], []
+    return [], [Comment("the plan holds no KV cache (context 0): plan with --context N, the tokens you need")]
 
 
 def tensor_split(sizes: list[int], n_blocks: int) -> list[int]:
@@ -84,7 +167,8 @@ def tensor_split(sizes: list[int], n_blocks: int) -> list[int]:
 def llama_flags(
     sizes: list[int], n_blocks: int, offload: list[Offload] | tuple[Offload, ...], names: list[str] | None
 ) -> list[str]:
-    """``--split-mode layer -ngl 999 --tensor-split ...`` and, when experts stay on the CPU, one ``-ot``."""
+    """``--split-mode layer -ngl 999 --tensor-split ...`` and, when experts stay on the CPU, one ``-ot``,
+    as words."""
     if len(sizes) > LLAMA_MAX_SPLITS:
         raise ValueError(
             f"llama.cpp takes at most {LLAMA_MAX_SPLITS} --tensor-split values; "
@@ -95,14 +179,14 @@ def llama_flags(
     outside = [unit.name for unit in offload if not 0 <= unit.layer < n_blocks]
     if outside:
         raise ValueError(f"tensor {outside[0]} is beyond the model's {n_blocks} blocks")
-    split = ",".join(map(str, tensor_split(sizes, n_blocks)))
-    lines = [f"--split-mode layer -ngl {LLAMA_ALL_LAYERS} --tensor-split {split}"]
+    words = ["--split-mode", "layer", "-ngl", str(LLAMA_ALL_LAYERS), "--tensor-split"]
+    words.append(joined(tensor_split(sizes, n_blocks)))
     if offload:
         pattern = override_pattern(offload)
         if names is not None:
             check_pattern(pattern, offload, names)
-        lines.append(f"--override-tensor {shlex.quote(pattern + '=CPU')}")
-    return lines
+        words += ["-ot", f"{pattern}=CPU"]
+    return words
 
 
 def override_pattern(offload: list[Offload] | tuple[Offload, ...]) -> str:

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from itertools import pairwise
 
+from solver.export import NO_DEVICES, Command, Comment, Line
+
 RPC_PORT = 50052  # rpc-server's default port
 
 
@@ -43,65 +45,81 @@ def host_runs(hosts: Hosts, gpus: list[int]) -> list[tuple[str, list[int]]]:
     return runs
 
 
-def llama_rpc_lines(hosts: Hosts, gpus: list[int]) -> tuple[list[str], list[str], str]:
-    """The rpc-server lines for every remote host, the main machine's device lines, and its device flags.
+def llama_rpc_lines(
+    hosts: Hosts, gpus: list[int]
+) -> tuple[list[Line], tuple[tuple[str, str], ...], list[str]]:
+    """The rpc-server lines for every remote host and the main machine's heading, the main command's
+    ``CUDA_VISIBLE_DEVICES`` (if any) and its device flags.
 
     Every remote GPU gets its own rpc-server (``CUDA_VISIBLE_DEVICES`` = that one GPU, ports from
     ``hosts.port`` up), so each ``--rpc`` endpoint is one device whatever the rpc-server version. llama.cpp
     orders the model's devices RPC first (in ``--rpc`` order), then the local GPUs (in CUDA order); when
-    the local stages are not the last ones, ``--device`` lists the devices in pipeline order instead.
+    the local stages are not the last ones, ``--device`` lists the devices in pipeline order instead. A
+    main machine with no stage hides its GPUs (NO_DEVICES).
     """
     runs = host_runs(hosts, gpus)
-    servers: list[str] = []
+    lines: list[Line] = []
     endpoints: dict[int, str] = {}
     for host, run in runs:
         if host == hosts.local:
             continue
-        servers.append(f"# on {host}: one rpc-server per GPU (never expose rpc-server to an open network)")
+        lines.append(
+            Comment(f"on {host}: one rpc-server per GPU (never expose rpc-server to an open network)")
+        )
         for j, g in enumerate(run):
             port = hosts.port + j
             endpoints[g] = f"{host}:{port}"
-            servers.append(f"CUDA_VISIBLE_DEVICES={hosts.cuda(g)} rpc-server --host 0.0.0.0 --port {port} &")
+            argv = ("rpc-server", "--host", "0.0.0.0", "--port", str(port))
+            lines.append(Command(argv, (("CUDA_VISIBLE_DEVICES", str(hosts.cuda(g))),), background=True))
     local = [g for g in gpus if hosts.names[g] == hosts.local]
-    main = [f"# on {hosts.local}: the main command"]
-    if not local or [hosts.cuda(g) for g in local] != list(range(len(local))):  # none: hide them all
-        main.append(f"export CUDA_VISIBLE_DEVICES={','.join(str(hosts.cuda(g)) for g in local)}")
+    lines.append(Comment(f"on {hosts.local}: the main command"))
+    env: tuple[tuple[str, str], ...] = ()
+    if not local:
+        env = (("CUDA_VISIBLE_DEVICES", NO_DEVICES),)
+    elif [hosts.cuda(g) for g in local] != list(range(len(local))):
+        env = (("CUDA_VISIBLE_DEVICES", ",".join(str(hosts.cuda(g)) for g in local)),)
     remote = [g for g in gpus if g in endpoints]
-    flags = f"--rpc {','.join(endpoints[g] for g in remote)}"
+    flags = ["--rpc", ",".join(endpoints[g] for g in remote)]
     if gpus != remote + local:
         names = [f"RPC{remote.index(g)}" if g in endpoints else f"CUDA{local.index(g)}" for g in gpus]
-        flags += f" --device {','.join(names)}"
-    return servers, main, flags
+        flags += ["--device", ",".join(names)]
+    return lines, env, flags
 
 
-def sglang_node_lines(hosts: Hosts, gpus: list[int], partition: str) -> list[str]:
+def sglang_node_lines(
+    hosts: Hosts, gpus: list[int], partition: str, head: list[str], tail: list[str]
+) -> list[Line]:
     """Each host's lines, node ranks in pipeline order; SGLang needs equally many stages on every node.
 
     SGLang gives node r the pipeline ranks [r * pp/nnodes, (r + 1) * pp/nnodes) and each rank the GPU
     ``pp_rank % (pp/nnodes)``; ``CUDA_VISIBLE_DEVICES`` on each node lists its GPUs in pipeline order.
+    ``head`` is the server command before its pipeline flags, ``tail`` what follows them.
     """
     runs = host_runs(hosts, gpus)
     if any(len(run) * len(runs) != len(gpus) for _, run in runs):
         raise ValueError("SGLang runs equally many pipeline stages on every node")
-    lines = []
+    lines: list[Line] = []
     for rank, (host, run) in enumerate(runs):
-        lines += [
-            f"# on {host}: node {rank} of {len(runs)}",
-            f"export CUDA_VISIBLE_DEVICES={','.join(str(hosts.cuda(g)) for g in run)}",
-            f"export SGLANG_PP_LAYER_PARTITION={partition}",
-            f"--pp-size {len(gpus)} --nnodes {len(runs)} --node-rank {rank}"
-            f" --dist-init-addr {runs[0][0]}:5000",
-        ]
+        env = (
+            ("CUDA_VISIBLE_DEVICES", ",".join(str(hosts.cuda(g)) for g in run)),
+            ("SGLANG_PP_LAYER_PARTITION", partition),
+        )
+        flags = ["--pp-size", str(len(gpus)), "--nnodes", str(len(runs)), "--node-rank", str(rank)]
+        flags += ["--dist-init-addr", f"{runs[0][0]}:5000"]
+        lines += [Comment(f"on {host}: node {rank} of {len(runs)}"), Command((*head, *flags, *tail), env)]
     return lines
 
 
-def vllm_ray_lines(hosts: Hosts, gpus: list[int], partition: str) -> list[str]:
-    """A Ray cluster of exactly the plan's GPUs, its head on the first stage's host, and vLLM's flags.
+def vllm_ray_lines(
+    hosts: Hosts, gpus: list[int], partition: str, server: list[str], tail: list[str]
+) -> list[Line]:
+    """A Ray cluster of exactly the plan's GPUs, its head on the first stage's host, and vLLM's command.
 
     vLLM ranks the Ray workers driver node first, then nodes with fewer workers, then by IP address (as
     a string), and on each node gives them its GPUs in ascending order. So each host's GPUs must run in
     ascending CUDA order and the other hosts in order of stage count; hosts with as many stages must run
-    in order of IP address, which a comment line asks for when it matters.
+    in order of IP address, which a comment line asks for when it matters. ``server`` is vLLM's
+    command before its pipeline flags, ``tail`` what follows them.
     """
     runs = host_runs(hosts, gpus)
     head = runs[0][0]
@@ -111,17 +129,19 @@ def vllm_ray_lines(hosts: Hosts, gpus: list[int], partition: str) -> list[str]:
     order = [(len(run), host) for host, run in runs[1:]]
     if [n for n, _ in order] != sorted(n for n, _ in order):
         raise ValueError("vLLM over Ray puts nodes with fewer GPUs first; plan with that host order")
-    lines = []
+    lines: list[Line] = []
     for host, run in runs:
         devices = ",".join(str(hosts.cuda(g)) for g in sorted(run))
-        start = "--head --port 6379" if host == head else f"--address {head}:6379"
-        lines += [f"# on {host}", f"CUDA_VISIBLE_DEVICES={devices} ray start {start}"]
+        start = ("--head", "--port", "6379") if host == head else ("--address", f"{head}:6379")
+        lines += [
+            Comment(f"on {host}"),
+            Command(("ray", "start", *start), (("CUDA_VISIBLE_DEVICES", devices),)),
+        ]
     for a, b in pairwise(order):
         if a[0] == b[0]:
-            lines.append(f"# vLLM orders nodes of as many GPUs by IP address: needs IP({a[1]}) < IP({b[1]})")
-    lines.append(f"# on {head}: vLLM (ray status should show exactly {len(gpus)} GPUs)")
-    return [
-        *lines,
-        f"export VLLM_PP_LAYER_PARTITION={partition}",
-        f"--pipeline-parallel-size {len(gpus)} --distributed-executor-backend ray",
-    ]
+            lines.append(
+                Comment(f"vLLM orders nodes of as many GPUs by IP address: needs IP({a[1]}) < IP({b[1]})")
+            )
+    lines.append(Comment(f"on {head}: vLLM (ray status should show exactly {len(gpus)} GPUs)"))
+    flags = ("--pipeline-parallel-size", str(len(gpus)), "--distributed-executor-backend", "ray")
+    return [*lines, Command((*server, *flags, *tail), (("VLLM_PP_LAYER_PARTITION", partition),))]

@@ -86,11 +86,12 @@ _KV_TYPE = click.option(
 @_PROFILE
 def from_gguf_cmd(gguf_file: Path, output: Path | None, kv_type: str, profile: Path | None) -> None:
     """Exact bytes from a GGUF file's header (the tensor data is never read)."""
-    from solver.importers.gguf import read_gguf
+    from solver.importers.gguf import first_shard, read_gguf
     from solver.importers.modelfile import model_yaml
 
     try:
         m = read_gguf(gguf_file, kv_type)
+        m.gguf = _relative(first_shard(gguf_file), output)
         kv = kv_type if kv_type != "f16" else None
         m.command = _command(
             ["model", "from-gguf", gguf_file], {"--kv-type": kv, "--profile": profile, "-o": output}
@@ -111,6 +112,11 @@ def from_gguf_cmd(gguf_file: Path, output: Path | None, kv_type: str, profile: P
     " is one uniform type. docs/models.md lists them.",
 )
 @click.option("--name", help="Model name (default: the config's folder or file name).")
+@click.option(
+    "--hf-model",
+    help="What vllm serve / SGLang load: a Hugging Face id or checkpoint folder (default: the id of a"
+    " config in Hugging Face's cache, or the config's folder when it holds *.safetensors).",
+)
 @_OUTPUT
 @_KV_TYPE
 @_PROFILE
@@ -118,19 +124,23 @@ def from_hf_cmd(
     config_file: Path,
     weights: str,
     name: str | None,
+    hf_model: str | None,
     output: Path | None,
     kv_type: str,
     profile: Path | None,
 ) -> None:
     """Estimated bytes from a Hugging Face config.json and a weight scheme."""
-    from solver.importers.hf import read_hf
+    from solver.importers.hf import checkpoint_of, read_hf
     from solver.importers.modelfile import model_yaml
 
     try:
         m = read_hf(config_file, weights, name, kv_type)
+        found = checkpoint_of(config_file) if hf_model is None else hf_model
+        m.hf_model = _relative(found, output) if isinstance(found, Path) else found
         options = {
             "--weights": weights.upper(),
             "--name": name,
+            "--hf-model": hf_model,
             "--kv-type": kv_type if kv_type != "f16" else None,
             "--profile": profile,
             "-o": output,

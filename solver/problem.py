@@ -21,9 +21,10 @@ from solver.config import (
     shown_path,
 )
 from solver.curves import pair_mass
-from solver.engines import DEFAULT_ENGINE, engine_named
+from solver.engines import DEFAULT_ENGINE, Engine, engine_named
 from solver.engines.bandwidth import Speed
 from solver.errors import InputError
+from solver.kvcache import DEFAULT_KV_TYPE, scale_per_kind
 from solver.profile import Profile, check_against, read_profile
 from solver.scales import BYTE_LIMIT, COARSE_TIME_SCALE, COEFF_BUDGET, MASS_SCALE, TABLE_CELLS
 from solver.units import per_layer
@@ -57,6 +58,9 @@ class Problem:
                        time per layer is its layer_ms); dense_bytes (L,) the weights a token reads per
                        layer besides experts; active_experts the experts a token uses per MoE layer
     host_bandwidth     bytes/s the CPU streams experts kept in host memory at (llama.cpp's unit_ms)
+    kv_type            the KV cache type the engine runs (solver.kvcache); kv bytes are at it
+    gguf, hf_model     what the engine's command loads, as the model file names it (None: unknown):
+                       the GGUF file (a path from the working directory), the checkpoint or its id
     nextn_layers       blocks the engine's file holds after the planned layers (MTP), placed on the
                        last device with the output
     unit_slot (U,)     llama.cpp's unit's position among its layer's tensors (the model's order)
@@ -106,6 +110,9 @@ class Problem:
     unit_slot: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     nextn_layers: int = 0
     host_bandwidth: int | None = None
+    kv_type: str = DEFAULT_KV_TYPE
+    gguf: str | None = None
+    hf_model: str | None = None
 
     @property
     def n_layers(self) -> int:
@@ -202,6 +209,7 @@ class Overrides:
     idle_gpus: bool = False
     #: The rate a rig without ``host_bandwidth`` starts from (``solve calibrate`` fits it).
     host_bandwidth: int | None = None
+    kv_type: str | None = None
 
 
 def resolve(
@@ -287,6 +295,9 @@ def resolve(
         engine=rig.engine,
         kv_per_layer=np.array(kv_per_layer_of(model), dtype=np.int64),
         nextn_layers=model.nextn_layers,
+        kv_type=model.kv_type,
+        gguf=model.gguf,
+        hf_model=model.hf_model,
         **extra,
     )
     _check_scales(p, files.get("rig", rig_name))
@@ -359,6 +370,39 @@ def _too_long(p: Problem, rig_file: str, worst: float) -> InputError:
     return InputError(rig_file, f"{what}; lower layer_ms, miss_ms or handoff_ms")
 
 
+def _run_kv_type(
+    model: ModelConfig,
+    model_doc: YamlDoc,
+    rig: RigConfig,
+    rig_doc: YamlDoc,
+    override: str | None,
+    engine: Engine,
+) -> ModelConfig:
+    """The model with its KV bytes at the type the run uses: ``--kv-type``, else the rig's ``kv_type``,
+    else the model's own; an engine that cannot run that type is an input error at the key that set it."""
+    kv = override or rig.kv_type or model.kv_type
+    if kv not in engine.kv_types:
+        what = f"engine {engine.name} runs its KV cache at {', '.join(engine.kv_types)} only"
+        if override:
+            raise InputError(rig_doc.file, f"--kv-type {kv}: {what}")
+        doc = rig_doc if rig.kv_type else model_doc
+        hint = "" if rig.kv_type else f"; set kv_type: {engine.kv_types[0]} in the rig"
+        raise doc.error(("kv_type",), f"{kv}: {what}{hint}")
+    per_token = scale_per_kind(model.kv_bytes_per_token, model.kv_type, kv)
+    return model.model_copy(update={"kv_bytes_per_token": per_token, "kv_type": kv})
+
+
+def _launch_paths(model: ModelConfig, model_path: Path) -> ModelConfig:
+    """The model's ``gguf`` file as a path from the working directory (it is named relative to the model
+    file), and its ``hf_model`` likewise when that is a directory there (else a Hugging Face id)."""
+    update = {}
+    if model.gguf is not None:
+        update["gguf"] = shown_path(relative_to(model_path, model.gguf).resolve())
+    if model.hf_model is not None and relative_to(model_path, model.hf_model).is_dir():
+        update["hf_model"] = shown_path(relative_to(model_path, model.hf_model).resolve())
+    return model.model_copy(update=update) if update else model
+
+
 def _referenced(override: Path | None, named: str | None, holder: Path, doc: YamlDoc, key: str) -> Path:
     """The file ``key`` names, relative to the file holding it, unless the command line gives one."""
     if override is not None:
@@ -389,6 +433,8 @@ def load_problem(rig_path: Path, overrides: Overrides | None = None) -> Problem:
         doc, holder = (rig_doc, rig) if need.file == "rig" else (model_doc, model)
         if getattr(holder, need.key) is None and (need.when is None or need.when(rig)):
             raise doc.error((need.key,), f"missing (engine {engine.name} needs {need.what})")
+    model = _run_kv_type(model, model_doc, rig, rig_doc, ov.kv_type, engine)
+    model = _launch_paths(model, model_path)
     profile = None
     if engine.profile:  # the other engines hold whole tensors or everything: no profile
         profile_path = _referenced(ov.profile, model.profile, model_path, model_doc, "profile")

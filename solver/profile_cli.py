@@ -61,6 +61,13 @@ def _console() -> Any:
     return console()
 
 
+def print_lines(console: Any, *renderables: object) -> None:
+    """Print without trailing blanks (solver.console.print_lines)."""
+    from solver.console import print_lines as stripped
+
+    stripped(console, *renderables)
+
+
 @click.group("profile")
 def profile_group() -> None:
     """Make, convert, count and inspect routing profiles."""
@@ -230,13 +237,14 @@ def synth_cmd(
     command = _synth_command(layers, experts, params)
     profile = synth_profile(experts, params, file=command)
     console = _console()
-    console.print(
+    print_lines(
+        console,
         f"SYNTHETIC profile: {layers} layers, {len(profile):,} pairs, "
-        f"{int(profile.count.sum()):,} routing events ({tokens:,} tokens x top-{top_k} per layer)"
+        f"{int(profile.count.sum()):,} routing events ({tokens:,} tokens x top-{top_k} per layer)",
     )
     # the box's measured hit rates only mean something for a profile of the model they were measured on
     comparable = is_seed_shape(layers, experts)
-    console.print(_curve_table(profile.count, seed_points=comparable))
+    print_lines(console, _curve_table(profile.count, seed_points=comparable))
     if out is None:
         return
     a, b, c = top_shares(profile.count)
@@ -312,11 +320,12 @@ def from_traces_cmd(traces: tuple[Path, ...], out: Path, model: Path | None) -> 
         "layer expert count, hottest first"
     )
     console = _console()
-    console.print(
+    print_lines(
+        console,
         f"{routing.records:,} records, {routing.events:,} routing events, {len(profile):,} pairs routed "
-        f"in {len(np.unique(profile.layer))} layers"
+        f"in {len(np.unique(profile.layer))} layers",
     )
-    console.print(_curve_table(profile.count))
+    print_lines(console, _curve_table(profile.count))
     click.echo(_save(out, profile, header, shape, how))
 
 
@@ -361,10 +370,10 @@ def show_cmd(file: Path, model: Path | None) -> None:
             "counts", "none: a cover or power curve gives the mass (from-traces and synth write counts)"
         )
     console = _console()
-    console.print(t)
+    print_lines(console, t)
     if profile.count is None or int(profile.count.sum()) == 0:
         return
-    console.print(_curve_table(profile.count))
+    print_lines(console, _curve_table(profile.count))
     skew = layer_skew(profile, experts)
     s = Table(title=f"per-layer skew over {len(skew.layer)} layers", title_justify="left")
     s.add_column("")
@@ -373,4 +382,4 @@ def show_cmd(file: Path, model: Path | None) -> None:
     for q in ("min", "median", "max"):
         layer, share = skew.at(q)
         s.add_row(q, str(layer), f"{share:.1%} of its routing")
-    console.print(s)
+    print_lines(console, s)

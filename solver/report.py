@@ -7,8 +7,10 @@ from rich.console import Console
 from rich.table import Table
 
 from solver.baselines import Baseline
+from solver.console import fit_names, print_lines
 from solver.engines import engine_of
-from solver.engines.base import PlanCell, StageCell
+from solver.engines.base import PlanCell, StageCell, ms
+from solver.kvcache import DEFAULT_KV_TYPE
 from solver.plan import Placement
 from solver.planner import Result
 from solver.problem import Problem
@@ -84,6 +86,7 @@ def to_json(r: Result) -> dict:
         "objective": p.objective,
         "order": p.order,
         "context": p.context,
+        "kv_type": p.kv_type,
         "status": r.status,
         "window_ms": plan.window_ms if plan else None,
         "tokens_per_s": plan.tokens_per_s if plan else None,
@@ -142,61 +145,95 @@ _FIRST: list[tuple[str, StageCell]] = [
     ("layers", lambda s: _layers(s.start, s.end)),
     ("room", lambda s: format_size(s.room_bytes)),
 ]
-_LAST: list[tuple[str, StageCell]] = [("compute", lambda s: f"{s.compute_ms:.2f} ms")]
-#: Shown with the throughput objective: compute plus the misses of the stage's own layers.
-_STAGE: tuple[str, StageCell] = ("stage", lambda s: f"{s.stage_ms:.2f} ms")
+#: Shown with the throughput objective: the stage's time with the misses of its own layers.
+_STAGE: tuple[str, StageCell] = ("stage\nms", lambda s: ms(s.stage_ms))
 _WINDOW: list[tuple[str, PlanCell]] = [
     ("window", lambda q: f"{q.window_ms:.3f} ms"),
+    ("tokens/s", lambda q: f"{q.tokens_per_s:.2f}"),
     ("slowest stage", lambda q: f"{q.bottleneck_ms:.3f} ms"),
 ]
+#: Left-aligned columns of the stage table: the rest are numbers.
+_LEFT = ("GPU", "layers")
+
+
+def stage_table(r: Result) -> Table:
+    """The plan's stages: GPU, layers, room, then the engine's columns (and the stage time with the
+    throughput objective). Only the GPU column may wrap (console.fit_names), so no number is ever cut
+    short."""
+    p, plan = r.problem, r.plan
+    t = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    columns = _FIRST + engine_of(p).columns + ([_STAGE] if p.objective == "throughput" else [])
+    for col, _ in columns:
+        t.add_column(col, justify="left" if col in _LEFT else "right", no_wrap=True)
+    for s in plan.stages:
+        t.add_row(*(cell(s) for _, cell in columns))
+    return t
+
+
+def listed(values: list[int], width: int) -> str:
+    """``8,16,33``, broken after a comma into lines of at most ``width`` characters (a long list of
+    cuts or GPUs in a narrow terminal wraps whole numbers, never inside one)."""
+    lines = [""]
+    for i, v in enumerate(values):
+        piece = f"{v}," if i < len(values) - 1 else str(v)
+        if lines[-1] and len(lines[-1]) + len(piece) > width:
+            lines.append("")
+        lines[-1] += piece
+    return "\n".join(lines)
+
+
+def compare_table(r: Result, width: int) -> Table:
+    """The plan beside what the engine does unasked (or the proportional split), row by row, within
+    ``width`` columns."""
+    p, plan, shown = r.problem, r.plan, r.compared
+    base = shown.plan
+    c = Table(show_header=True, box=box.SIMPLE_HEAD, pad_edge=False)
+    c.add_column("", no_wrap=True)
+    c.add_column(f"plan ({r.solution.name})", justify="right", no_wrap=True)
+    c.add_column(shown.name, justify="right", no_wrap=True)
+    room = max(8, (width - len("experts in host RAM") - 6) // 2)  # the longest label, three gaps
+    rows = [("cuts", listed(plan.cuts, room), listed(shown.cuts, room))]
+    for label, cell in _WINDOW + engine_of(p).summary:
+        rows.append((label, cell(plan), cell(base) if base else "-"))
+    rows.append(("fits memory", "yes", "yes" if shown.feasible else "[red]no[/red]"))
+    if plan.gpus != sorted(plan.gpus):
+        rows.insert(1, ("GPU order", listed(plan.gpus, room), listed(list(range(p.n_gpus)), room)))
+    for row in rows:
+        c.add_row(*row)
+    return c
 
 
 def print_report(r: Result, console: Console) -> None:
-    """Stages of the plan, the plan against the proportional baseline, and the solver's status."""
+    """Stages of the plan, the plan against the engine's default, and the solver's status."""
     p, plan = r.problem, r.plan
     title = f"{p.rig}: {p.model}, {p.n_layers} layers on {p.n_gpus} GPUs, context {p.context:,}"
+    if p.kv_type != DEFAULT_KV_TYPE:
+        title += f" ({p.kv_type} KV cache)"
     if plan is None:
         console.print(f"[bold]{title}[/bold]")
         console.print(f"[red]{r.status}[/red]: {r.reason}")
         if r.compared.reason:
             console.print(f"{r.compared.name}: {r.compared.reason}")
         return
-    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-    engine = engine_of(p)
-    columns = _FIRST + engine.columns + _LAST + ([_STAGE] if p.objective == "throughput" else [])
-    for col, _ in columns:
-        t.add_column(col, justify="left" if col in ("GPU", "layers") else "right", no_wrap=True)
-    for s in plan.stages:
-        t.add_row(*(cell(s) for _, cell in columns))
-    console.print(t)
+    stages = stage_table(r)
+    fit_names(stages, console)
+    print_lines(console, f"[bold]{title}[/bold]", stages)
     shown = r.compared
-    base = shown.plan
-    c = Table(show_header=True, box=box.SIMPLE_HEAD, pad_edge=False)
-    c.add_column("")
-    c.add_column(f"plan ({r.solution.name})", justify="right")
-    c.add_column(shown.name if not shown.note else f"{shown.name} ({shown.note})", justify="right")
-    rows = [("cuts", ",".join(map(str, plan.cuts)), ",".join(map(str, shown.cuts)))]
-    for label, cell in _WINDOW + engine.summary:
-        rows.append((label, cell(plan), cell(base) if base else "-"))
-    rows.append(("fits memory", "yes", "yes" if shown.feasible else "[red]no[/red]"))
-    if plan.gpus != sorted(plan.gpus):
-        rows.insert(1, ("GPU order", ",".join(map(str, plan.gpus)), ",".join(map(str, range(p.n_gpus)))))
-    for row in rows:
-        c.add_row(*row)
-    console.print(c)
+    print_lines(console, compare_table(r, console.width))
+    notes = [f"{shown.name}: {shown.note}"] if shown.note else []
     for g in sorted(set(range(p.n_gpus)) - set(plan.gpus)):
-        ms = (r.idle_cost_ms or {}).get(g)
+        ms_ = (r.idle_cost_ms or {}).get(g)
         if r.idle_cost_ms is None:
             cost = "left out (its cost is not computed on a rig this large)"
         else:
-            cost = "no plan can use it" if ms is None else f"using it costs {ms:+.3f} ms of window at best"
-        console.print(f"idle: GPU {g} {p.gpu_names[g]}: {cost}")
+            cost = "no plan can use it" if ms_ is None else f"using it costs {ms_:+.3f} ms of window at best"
+        notes.append(f"idle: GPU {g} {p.gpu_names[g]}: {cost}")
     sol = r.solution
     proof = "optimal (proven)" if r.status == "optimal" else f"{r.status}, not proven"
     if r.status != "optimal" and sol.bound is not None:
         unit = "" if p.objective == "mass" else " ms"
         proof += f"; bound {sol.bound:.6g}{unit}"
-    console.print(
+    notes.append(
         f"{sol.name}: {proof}, engine {p.engine}, objective {p.objective}, order {p.order}; "
         f"{r.wall_ms:.0f} ms "
         f"(table {r.table_ms:.1f} ms, {len(r.arcs):,} arcs, {sol.info.get('solves', 0)} solves)"
@@ -204,4 +241,5 @@ def print_report(r: Result, console: Console) -> None:
     if r.oracle is not None:
         o = r.oracle
         verdict = "agrees" if o.agrees else "[red]DISAGREES[/red]"
-        console.print(f"check: {o.name} {verdict} ({o.status}, {o.wall_ms:.0f} ms)")
+        notes.append(f"check: {o.name} {verdict} ({o.status}, {o.wall_ms:.0f} ms)")
+    print_lines(console, "\n".join(notes))

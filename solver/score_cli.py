@@ -23,12 +23,16 @@ import click
 from solver import interrupt
 from solver.engines import ENGINES, engine_of, export_lines
 from solver.errors import ArgsError, InputError
-from solver.export import Offload
+from solver.export import Launch, Offload
 from solver.export_hosts import Hosts
 from solver.options import SECONDS
 from solver.planner import Result
 
 EXIT_INPUT = 2
+
+
+#: An argument that is a whole line of an export: a comment, flags, a variable, or an engine's command.
+EXPORT_LINE = re.compile(r"\s*(#|-|export\s|[A-Za-z_]\w*=|(llama-server|rpc-server|vllm|python3?)\s)")
 
 
 def command_words(words: list[str]) -> list[str]:
@@ -37,7 +41,7 @@ def command_words(words: list[str]) -> list[str]:
     ``rpc-server`` (it runs on another host) left out."""
     out: list[str] = []
     for word in words:
-        if not any(ch.isspace() for ch in word) or not re.match(r"\s*(#|-|export\s|[A-Za-z_]\w*=)", word):
+        if not any(ch.isspace() for ch in word) or not re.match(EXPORT_LINE, word):
             out.append(word)
             continue
         for line in word.splitlines():
@@ -60,7 +64,14 @@ def plan_export(r: Result) -> list[str] | None:
     )
     try:
         return export_lines(
-            p.engine, plan.gpus, plan.cuts, p.n_layers, offload, extra_blocks=p.nextn_layers, hosts=hosts
+            p.engine,
+            plan.gpus,
+            plan.cuts,
+            p.n_layers,
+            offload,
+            extra_blocks=p.nextn_layers,
+            hosts=hosts,
+            launch=Launch.of(p),
         )
     except ValueError:
         return None

@@ -8,44 +8,79 @@ from __future__ import annotations
 
 import bisect
 import re
-import shlex
 
 import numpy as np
+from shellparse import parse
 
 LLAMA_MAX_DEVICES = 16  # src/llama.cpp: llama_max_devices()
 # What both Python's re and ECMAScript std::regex read the same way: the subset the exports may use.
 PORTABLE_REGEX = re.compile(r"[A-Za-z0-9_^$|?()\[\]\\.-]+")
 
 
-def parse_lines(lines: list[str]) -> tuple[dict[str, str], dict[str, str]]:
-    """The environment (``NAME=VALUE`` or ``export NAME=VALUE`` lines) and the flags (``--flag value``)
-    the lines set.
+#: Words of each program's command before its flags (vllm serve takes the model as a word).
+PROGRAM_WORDS = {"llama-server": 1, "rpc-server": 1, "vllm": 3, "python": 3, "ray": 2}
 
-    Lines are split as a POSIX shell would (shlex), so a pattern that needs quoting must be quoted.
-    """
+
+def shell_words(lines: list[str], shell: str = "posix") -> list[list[str]]:
+    """Each statement of the lines, read by ``shell``'s rules (tests/shellparse.py), as the words of a
+    POSIX line would be: ``export NAME=VALUE``, ``NAME=VALUE ... argv [&]``, flags, or ``# comment``."""
+    out: list[list[str]] = []
+    for statement in parse(lines, shell):
+        kind = statement[0]
+        if kind == "comment":
+            out.append(["#", statement[1]])
+        elif kind == "set":
+            out.append(["export", f"{statement[1]}={statement[2]}"])
+        elif kind == "run":
+            _, env, argv, background = statement
+            out.append([*(f"{n}={v}" for n, v in env), *argv, *(["&"] if background else [])])
+        elif kind == "words":
+            out.append(list(statement[1]))
+    return out
+
+
+def parse_lines(lines: list[str], shell: str = "posix") -> tuple[dict[str, str], dict[str, str]]:
+    """The environment the lines set (``export NAME=VALUE``, or before a command on its line) and the
+    flags (``--flag value``) of their commands and flag lines, after each program's own words."""
     env: dict[str, str] = {}
     flags: dict[str, str] = {}
-    for line in lines:
-        words = shlex.split(line, comments=True)
+    for words in shell_words(lines, shell):
+        if words[0] == "#":
+            continue
+        more, words = command_env(words)
+        env.update(more)
         if not words:
             continue
-        if words[0] == "export" or re.fullmatch(r"[A-Z_]+=\S*", words[0]):
-            for word in words[1:] if words[0] == "export" else words:
-                name, value = word.split("=", 1)
-                env[name] = value
-            continue
-        assert len(words) % 2 == 0, line
+        words = words[PROGRAM_WORDS.get(words[0], 0) :]
+        assert len(words) % 2 == 0, words
         for flag, value in zip(words[::2], words[1::2]):
-            assert flag.startswith("-") and flag not in flags, line
+            assert flag.startswith("-") and flag not in flags, words
             flags[flag] = value
     return env, flags
+
+
+def main_argv(lines: list[str], shell: str = "posix") -> list[str]:
+    """The words of the lines' last command (the engine's server)."""
+    runs = [command_env(w)[1] for w in shell_words(lines, shell) if w[0] not in ("#", "export")]
+    return runs[-1]
 
 
 def visible(env: dict[str, str], n: int) -> list[int]:
     """The rig GPU behind each of the engine's CUDA devices 0..n-1 (CUDA_VISIBLE_DEVICES renumbers)."""
     if "CUDA_VISIBLE_DEVICES" not in env:
         return list(range(n))
-    return [int(x) for x in env["CUDA_VISIBLE_DEVICES"].split(",")]
+    return cuda_visible(env["CUDA_VISIBLE_DEVICES"])
+
+
+def cuda_visible(value: str) -> list[int]:
+    """The devices ``CUDA_VISIBLE_DEVICES=value`` lists, in its order: CUDA stops at the first entry
+    that is not a device index (the CUDA C Programming Guide, "CUDA Environment Variables")."""
+    devices = []
+    for entry in value.split(","):
+        if not entry.isdigit():
+            break
+        devices.append(int(entry))
+    return devices
 
 
 # llama.cpp
@@ -180,17 +215,18 @@ def sglang_pp_indices(env: dict[str, str], num_hidden_layers: int, pp_rank: int,
 # Across hosts
 
 
-def host_sections(lines: list[str]) -> dict[str, list[list[str]]]:
-    """The lines under each ``# on HOST`` comment, as shell words; a host may have several sections."""
+def host_sections(lines: list[str], shell: str = "posix") -> dict[str, list[list[str]]]:
+    """The statements under each ``on HOST`` comment, as words (shell_words); a host may have several
+    sections."""
     sections: dict[str, list[list[str]]] = {}
     host = ""
-    for line in lines:
-        heading = re.match(r"# on ([^\s:]+)", line)
+    for words in shell_words(lines, shell):
+        heading = re.match(r"on ([^\s:]+)", words[1]) if words[0] == "#" else None
         if heading:
             host = heading.group(1)
             sections.setdefault(host, [])
-        elif not line.startswith("#"):
-            sections[host].append(shlex.split(line))
+        elif words[0] != "#":
+            sections.setdefault(host, []).append(words)
     return sections
 
 
@@ -217,18 +253,20 @@ def section_env_flags(commands: list[list[str]]) -> tuple[dict[str, str], list[s
     return env, flags
 
 
-def vllm_ray_form(lines: list[str]) -> tuple[dict[str, list[int]], str, dict[str, str], list[str]]:
+def vllm_ray_form(
+    lines: list[str], shell: str = "posix"
+) -> tuple[dict[str, list[int]], str, dict[str, str], list[str]]:
     """The Ray form of a vLLM export: each node's visible GPUs (from its ``ray start``), the head node,
     and the driver's variables and flags (every other command)."""
     nodes: dict[str, list[int]] = {}
     driver = ""
     env: dict[str, str] = {}
     flags: list[str] = []
-    for host, commands in host_sections(lines).items():
+    for host, commands in host_sections(lines, shell).items():
         for words in commands:
             more, cmd = command_env(words)
             if cmd[:2] == ["ray", "start"]:
-                nodes[host] = [int(x) for x in more["CUDA_VISIBLE_DEVICES"].split(",")]
+                nodes[host] = cuda_visible(more["CUDA_VISIBLE_DEVICES"])
                 driver = host if "--head" in cmd else driver
             else:
                 env.update(more)

@@ -174,6 +174,7 @@ def test_strata_export_matches_the_plan():
     cuts = ",".join(map(str, d["cuts"]))
     assert d["export"] == {
         "engine": "strata",
+        "shell": "posix",
         "lines": [f"--layer-split {cuts}", f'"layer_split": [{cuts.replace(",", ", ")}]'],
     }
 

@@ -144,7 +144,7 @@ def test_llama_mix_export_replays_to_the_plan():
     for i, s in enumerate(d["stages"]):
         assert devices[s["start"] : s["end"]] == [i] * (s["end"] - s["start"])
     assert devices[n] == len(d["stages"]) - 1  # the output layer
-    rules = llama_overrides(flags["--override-tensor"], {"CPU"})
+    rules = llama_overrides(flags["-ot"], {"CPU"})
     names = [f"blk.{layer}.{t}.weight" for layer in range(n) for t in ("attn_q", "ffn_gate_inp", *TENSORS)]
     on_cpu = {name for name in names if llama_tensor_buft(name, rules) == "CPU"}
     offload = {

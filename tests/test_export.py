@@ -29,6 +29,7 @@ from solver.engines import export_lines
 from solver.export import (
     LLAMA_ALL_LAYERS,
     LLAMA_MAX_SPLITS,
+    Launch,
     Offload,
     check_export_engine,
     override_pattern,
@@ -112,7 +113,7 @@ def test_llama_export_runs_the_plan(plan, extra):
     """The printed flags, parsed as llama.cpp parses them, place every layer on its stage's GPU."""
     gpus, cuts, n_layers = plan
     env, flags = parse_lines(export_lines("llama.cpp", gpus, cuts, n_layers, extra_blocks=extra))
-    assert flags["--split-mode"] == "layer" and "--override-tensor" not in flags
+    assert flags["--split-mode"] == "layer" and "-ot" not in flags
     ngl = int(flags["-ngl"])
     # more devices than stages (a rig without CUDA_VISIBLE_DEVICES): the unnamed ones get no layer
     devices = llama_slot_devices(llama_tensor_split(flags["--tensor-split"]), n_layers + extra, ngl, 16)
@@ -177,7 +178,7 @@ def test_override_selects_exactly_the_offloaded_tensors(data):
     names = model_tensor_names(n_layers + extra)
     lines = export_lines("llama.cpp", gpus, cuts, n_layers, offload, names, extra_blocks=extra)
     _, flags = parse_lines(lines)
-    rules = llama_overrides(flags["--override-tensor"], {"CPU", "CUDA0", "CUDA1"})
+    rules = llama_overrides(flags["-ot"], {"CPU", "CUDA0", "CUDA1"})
     assert len(rules) == 1
     on_cpu = {n for n in names if llama_tensor_buft(n, rules) == "CPU"}
     assert on_cpu == {u.name for u in offload}
@@ -212,11 +213,12 @@ def test_override_examples_read_as_the_spec_writes_them():
     assert pattern == r"^blk\.(3|17)\.ffn_(gate|up)_exps\.weight$"
     everything = override_pattern([Offload(layer, t) for layer in range(48) for t in EXPERT_TENSORS])
     assert everything == r"^blk\.([0-9]|[1-3][0-9]|4[0-7])\.ffn_(down|gate|up)_exps\.weight$"
-    lines = export_lines("llama.cpp", [1, 0], [20], 48, [Offload(5, "ffn_down_exps")])
+    launch = Launch(gguf="Qwen3-235B-A22B-Q4_K_M-00001-of-00003.gguf", context=32768, kv_type="q8_0")
+    lines = export_lines("llama.cpp", [1, 0], [20], 48, [Offload(5, "ffn_down_exps")], launch=launch)
     assert lines == [
-        "CUDA_VISIBLE_DEVICES=1,0",
-        "--split-mode layer -ngl 999 --tensor-split 20,29",
-        r"--override-tensor '^blk\.5\.ffn_down_exps\.weight$=CPU'",
+        "CUDA_VISIBLE_DEVICES=1,0 llama-server -m Qwen3-235B-A22B-Q4_K_M-00001-of-00003.gguf -c 32768"
+        " --split-mode layer -ngl 999 --tensor-split 20,29 -ot '^blk\\.5\\.ffn_down_exps\\.weight$=CPU'"
+        " -ctk q8_0 -ctv q8_0 -fa on"
     ]
 
 

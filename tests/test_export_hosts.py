@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 from engine_mapping import (
     command_env,
+    cuda_visible,
     host_sections,
     llama_model_devices,
     llama_slot_devices,
@@ -27,7 +28,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from solver.engines import export_lines
-from solver.export import LLAMA_ALL_LAYERS, LLAMA_MAX_SPLITS, Offload
+from solver.export import LLAMA_ALL_LAYERS, LLAMA_MAX_SPLITS, Launch, Offload
 from solver.export_hosts import Hosts
 
 POOL = ("10.0.0.2", "10.0.0.11", "10.0.0.3", "192.168.1.7", "local")
@@ -89,11 +90,7 @@ def test_llama_rpc_runs_every_layer_on_its_gpu(plan, offloaded):
     assert flags.index("--rpc") < flags.index("--device") if "--device" in flags else True
     rpc = option(flags, "--rpc").split(",")
     assert len(set(rpc)) == len(rpc)
-    local_cuda = (
-        [int(x) for x in env["CUDA_VISIBLE_DEVICES"].split(",") if x]
-        if "CUDA_VISIBLE_DEVICES" in env
-        else None
-    )
+    local_cuda = cuda_visible(env["CUDA_VISIBLE_DEVICES"]) if "CUDA_VISIBLE_DEVICES" in env else None
     if local_cuda is None:  # every GPU of the local host is visible, in CUDA order
         local_cuda = list(range(sum(1 for h in hosts.names if h == hosts.local)))
     devices = llama_model_devices(
@@ -109,7 +106,7 @@ def test_llama_rpc_runs_every_layer_on_its_gpu(plan, offloaded):
     ts = llama_tensor_split(option(flags, "--tensor-split"))
     slots = llama_slot_devices(ts, n_layers, int(option(flags, "-ngl")), len(devices))
     assert [physical[d] for d in slots] == [*plan_slots(gpus, cuts, n_layers), gpus[-1]]
-    assert ("--override-tensor" in flags) == bool(offload)
+    assert ("-ot" in flags) == bool(offload)
     assert int(option(flags, "-ngl")) == LLAMA_ALL_LAYERS
 
 
@@ -125,7 +122,7 @@ def test_sglang_nodes_run_every_layer_on_its_gpu(plan):
         env, flags = section_env_flags(commands)
         pp, nnodes, node_rank = (int(option(flags, f)) for f in ("--pp-size", "--nnodes", "--node-rank"))
         pp_ranks, tp_ranks, pp_per_node, tp_per_node = sglang_rank_ranges(nnodes, pp, 1, node_rank)
-        visible = [int(x) for x in env["CUDA_VISIBLE_DEVICES"].split(",")]
+        visible = cuda_visible(env["CUDA_VISIBLE_DEVICES"])
         for pp_rank in pp_ranks:
             for tp_rank in tp_ranks:
                 gpu = rig_gpu(hosts, host, visible[sglang_gpu_id(pp_rank, pp_per_node, tp_per_node, tp_rank)])
@@ -161,15 +158,15 @@ def test_vllm_ray_runs_every_layer_on_its_gpu(plan):
 
 def test_a_two_host_llama_example_reads_as_documented():
     hosts = Hosts(("local", "local", "box2", "box2"), local="local")
-    lines = export_lines("llama.cpp", [2, 3, 1, 0], [10, 20, 30], 48, hosts=hosts)
+    launch = Launch(gguf="model.gguf", context=16384)
+    lines = export_lines("llama.cpp", [2, 3, 1, 0], [10, 20, 30], 48, hosts=hosts, launch=launch)
     assert lines == [
         "# on box2: one rpc-server per GPU (never expose rpc-server to an open network)",
         "CUDA_VISIBLE_DEVICES=0 rpc-server --host 0.0.0.0 --port 50052 &",
         "CUDA_VISIBLE_DEVICES=1 rpc-server --host 0.0.0.0 --port 50053 &",
         "# on local: the main command",
-        "export CUDA_VISIBLE_DEVICES=1,0",
-        "--rpc box2:50052,box2:50053",
-        "--split-mode layer -ngl 999 --tensor-split 10,10,10,19",
+        "CUDA_VISIBLE_DEVICES=1,0 llama-server -m model.gguf -c 16384 --rpc box2:50052,box2:50053"
+        " --split-mode layer -ngl 999 --tensor-split 10,10,10,19",
     ]
 
 

@@ -173,7 +173,7 @@ def test_export_strata_sets_the_device_order_when_it_changed(tmp_path):
     assert got["gpus"] == [1, 0]
     lines = got["export"]["lines"]
     cuts = ",".join(map(str, got["cuts"]))
-    assert lines == ["CUDA_VISIBLE_DEVICES=1,0", f"--layer-split {cuts}", f'"layer_split": [{cuts}]']
+    assert lines == ["export CUDA_VISIBLE_DEVICES=1,0", f"--layer-split {cuts}", f'"layer_split": [{cuts}]']
     table = run(rig, "--export", "strata")
     assert all(f"{line}\n" in table.stdout for line in lines)
 
@@ -183,7 +183,10 @@ def test_export_vllm_gives_layers_per_stage(tmp_path):
     rig = tiny_rig(tmp_path, gpus=gpus, rig_extra={"order": "auto"}, model_extra={"first_stage_bytes": 1200})
     got = json.loads(run(rig, "--engine", "vllm", "--json").stdout)
     sizes = ",".join(str(s["end"] - s["start"]) for s in got["stages"])
-    assert f"VLLM_PP_LAYER_PARTITION={sizes}\n" in run(rig, "--engine", "vllm", "--export", "vllm").stdout
+    assert (
+        f"VLLM_PP_LAYER_PARTITION={sizes} vllm serve"
+        in run(rig, "--engine", "vllm", "--export", "vllm").stdout
+    )
 
 
 def test_export_strata_with_one_gpu_prints_no_empty_flag(tmp_path):

@@ -10,12 +10,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from enginefactory import random_engine_problem
 from factory import random_problem
 from rigfiles import tiny_rig
 
 from solver.cli import cli
 from solver.planner import plan_rig
-from solver.plotting import SEGMENTS, _bars, stage_bytes
+from solver.plotting import SEGMENTS, _bars, plot_result, stage_bytes
 
 pytest.importorskip("matplotlib")
 
@@ -126,20 +127,45 @@ def test_other_extensions_are_refused_before_planning(tmp_path, name, got):
     assert not (tmp_path / name).exists()
 
 
-def test_each_stage_shows_its_compute_time_beside_its_memory():
+@pytest.mark.parametrize("engine", ["strata", "llama.cpp"])
+def test_each_stage_shows_its_times_beside_its_memory(engine):
+    """GPU time at the bottom, then the time of what the stage does not hold (misses, or llama.cpp's CPU
+    work), then llama.cpp's device switches: stacked, they are the stage's time per token."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    p, plan = next((p, r.plan) for p in map(random_problem, range(20)) if (r := plan_rig(p)).plan)
+    make = random_problem if engine == "strata" else lambda seed: random_engine_problem(seed, engine)
+    plans = ((p, r.plan) for p in map(make, range(40)) if (r := plan_rig(p)).plan)
+    key = "miss_ms" if engine == "strata" else "switch_ms"
+    p, plan = next((p, q) for p, q in plans if any(getattr(s, key) for s in q.stages))
     fig, ax = plt.subplots()
     twin = _bars(ax, p, plan, "plan")
-    heights = [bar.get_height() for bar in twin.patches]
-    assert heights == pytest.approx([s.compute_ms for s in plan.stages])
-    for i, bar in enumerate(twin.patches):  # beside stage i's VRAM bar, on its right, not on top of it
-        assert i < bar.get_x() + bar.get_width() / 2 < i + 0.5
+    bars = [b for b in twin.patches if b.get_height() > 0]
+    for i, s in enumerate(plan.stages):  # beside stage i's VRAM bar, on its right, not on top of it
+        mine = [b for b in bars if i < b.get_x() + b.get_width() / 2 < i + 0.5]
+        assert min(b.get_y() for b in mine) == 0
+        assert sum(b.get_height() for b in mine) == pytest.approx(s.stage_ms)
+        assert [b.get_height() for b in mine if b.get_y() == 0] == pytest.approx([s.compute_ms])
+    labels = twin.get_legend_handles_labels()[1]
+    assert labels[0].startswith("GPU time") and ("device switches" in labels[-1]) == (engine == "llama.cpp")
     plt.close(fig)
+
+
+def test_an_engine_without_a_profile_gets_no_mass_curve(tmp_path, monkeypatch):
+    """llama.cpp's plot sets the plan beside its free-memory default, with no mass panel."""
+    import matplotlib.pyplot as plt
+
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    for engine in ("strata", "llama.cpp"):
+        p = random_problem(3) if engine == "strata" else random_engine_problem(3, engine)
+        r = plan_rig(p)
+        plot_result(r, tmp_path / f"{engine}.png", "x.png")
+        titles = [ax.get_title(loc="left") for ax in figures[-1].axes]
+        assert ("mass curve" in titles) == (engine == "strata")
+        assert any(t.startswith(r.compared.name) for t in titles)
 
 
 def test_reserve_and_buffers_are_clearly_different_colours():

@@ -10,6 +10,7 @@ import pytest
 from factory import random_problem
 
 from solver.engines import REGISTRY, Engine, StageFill, Weights, export_lines, register
+from solver.export import Flags
 from solver.planner import plan_rig
 from solver.rangewalk import need_table, room_of
 from solver.report import to_json
@@ -44,8 +45,8 @@ class Toy(Engine):
     def stage_fill(self, p, g, a, b):
         return StageFill(p.room(g, a, b), 0, 0, 0, 1.0, 0.0, 0, fits=p.room(g, a, b) >= 0)
 
-    def export(self, gpus, cuts, n_layers, offload, names, extra_blocks, hosts):
-        return [f"--toy-split {','.join(map(str, cuts))}"]
+    def export(self, gpus, cuts, n_layers, offload, names, extra_blocks, hosts, launch):
+        return [Flags(("--toy-split", ",".join(map(str, cuts))))]
 
 
 @pytest.fixture

@@ -14,6 +14,8 @@ from solver.engines.base import Engine, StageFill, Table, Weights
 from solver.engines.llamacpp import LlamaCpp
 from solver.engines.resident import Sglang, Vllm
 from solver.engines.strata import Strata
+from solver.export import Launch
+from solver.shells import DEFAULT_SHELL, render
 
 if TYPE_CHECKING:
     from solver.export import Offload
@@ -72,21 +74,28 @@ def export_lines(
     tensor_names: list[str] | None = None,
     extra_blocks: int = 0,
     hosts: Hosts | None = None,
+    launch: Launch | None = None,
+    shell: str = DEFAULT_SHELL,
 ) -> list[str]:
-    """Lines to paste (shell commands or flags) that make ``engine`` run the plan.
+    """Lines to paste (commands, or for Strata flags and a config line) that make ``engine`` run the
+    plan, written for ``shell`` (solver.shells).
 
     ``gpus`` are rig GPU indices in pipeline order, taken to be CUDA device numbers; ``cuts`` the first
     layer of every later stage. llama.cpp only: ``offload`` lists the expert tensors left on the CPU;
     ``tensor_names``, when given (every tensor name of the model), proves the -ot pattern selects exactly
     them; ``extra_blocks`` counts blocks the GGUF holds after the planned layers (GLM's MTP layers are in
     its block_count), which llama.cpp puts on the last device with the output. ``hosts`` says where
-    each rig GPU is, for a plan that spans machines. Raises ValueError for a plan the engine cannot
-    express.
+    each rig GPU is, for a plan that spans machines. ``launch`` says what the command loads and how
+    (solver.export.Launch; by default placeholders). Raises ValueError for a plan the engine cannot
+    express, or a word the shell cannot be given.
     """
     ordered = list(cuts) == sorted(set(cuts)) and all(0 < c < n_layers for c in cuts)
     if len(cuts) != len(gpus) - 1 or not ordered:
         raise ValueError(f"cuts {cuts} do not split {n_layers} layers into {len(gpus)} stages")
-    return engine_named(engine).export(gpus, cuts, n_layers, offload, tensor_names, extra_blocks, hosts)
+    lines = engine_named(engine).export(
+        gpus, cuts, n_layers, offload, tensor_names, extra_blocks, hosts, launch or Launch()
+    )
+    return render(lines, shell)
 
 
 __all__ = [

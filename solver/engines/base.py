@@ -27,7 +27,7 @@ from solver.errors import ArgsError
 if TYPE_CHECKING:
     from solver.baselines import Baseline
     from solver.config import ModelConfig, RigConfig
-    from solver.export import Offload
+    from solver.export import Launch, Line, Offload
     from solver.export_hosts import Hosts
     from solver.plan import Placement, Stage
     from solver.problem import Problem
@@ -119,6 +119,11 @@ def tokens(n: int | None) -> str:
     return "no limit" if n is None else f"{n:,}"
 
 
+def ms(value: float) -> str:
+    """A time in ms for a table cell whose header says ``ms``."""
+    return f"{value:.2f}"
+
+
 class Engine:
     """One engine's rules. Subclasses set ``name`` and override what differs; register them in
     solver.engines."""
@@ -128,10 +133,15 @@ class Engine:
     profile: ClassVar[bool] = False
     #: What a stage must hold, in words, for infeasibility messages.
     holds: ClassVar[str] = "weights, session"
-    #: The report's stage columns between the range and the compute time.
+    #: The report's stage columns after the GPU, its layers and room: what the stage holds and its
+    #: times per token (a header may take two lines; the table fits 80 columns).
     columns: ClassVar[list[tuple[str, StageCell]]] = []
     #: The report's plan-against-default rows after the window.
     summary: ClassVar[list[tuple[str, PlanCell]]] = []
+    #: The context sweep's columns (solver.sweep): what a longer context costs the plan.
+    sweep: ClassVar[list[tuple[str, PlanCell]]] = []
+    #: What the time a stage spends on what it does not hold is called (plots).
+    miss_label: ClassVar[str] = "misses"
     #: What the engine does, in a few words (rig files written for it say so).
     note: ClassVar[str] = ""
     #: Rig-wide keys the engine reads besides the common ones (``rig new`` writes only these).
@@ -145,6 +155,10 @@ class Engine:
     #: llama-bench and llama-server runs measure this engine: ``solve calibrate RIG --llama-bench``
     #: fits its speed constants to them (each run's flags read by ``read_command``).
     reads_llama_bench: ClassVar[bool] = False
+    #: What ``--export`` prints, in a word: a command to paste, or flags for one the user starts.
+    export_noun: ClassVar[str] = "command"
+    #: The KV cache types (solver.kvcache) the engine runs, its default first.
+    kv_types: ClassVar[tuple[str, ...]] = ("f16",)
 
     def check_gpus(self, rig: RigConfig, doc: YamlDoc) -> None:
         """Raise an InputError (file, line, key) for a GPU whose speed the engine cannot know."""
@@ -199,8 +213,10 @@ class Engine:
         names: list[str] | None,
         extra_blocks: int,
         hosts: Hosts | None,
-    ) -> list[str]:
-        """Lines to paste that make the engine run the plan; ValueError for a plan it cannot express."""
+        launch: Launch,
+    ) -> list[Line]:
+        """The lines that make the engine run the plan (solver.shells writes them for a shell);
+        ValueError for a plan it cannot express."""
         raise NotImplementedError
 
     def read_command(self, words: list[str]) -> object:

@@ -16,10 +16,11 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 
 from solver.engines.bandwidth import BytesSpeed, dense_ms, per_byte_ms, speed_of
-from solver.engines.base import PlanCell, Required, StageCell, StageFill, Weights
+from solver.engines.base import PlanCell, Required, StageCell, StageFill, Weights, ms
 from solver.engines.fill import Fills, Units, best_set, dense_table, pack, uniform_table
-from solver.export import device_order, llama_flags, stage_sizes
+from solver.export import Command, context_flag, device_order, llama_flags, placeholder, stage_sizes
 from solver.export_hosts import llama_rpc_lines
+from solver.kvcache import KV_TYPES
 from solver.rangewalk import need_table, room_of
 from solver.scales import FINE_TIME_SCALE, MASS_SCALE, SPARE_UNLIMITED
 from solver.units import format_size, per_layer
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
     from solver.baselines import Baseline
     from solver.config import ModelConfig, RigConfig
     from solver.engines.llamaargs import LlamaArgs
-    from solver.export import Offload
+    from solver.export import Launch, Line, Offload
     from solver.export_hosts import Hosts
     from solver.plan import Placement
     from solver.problem import Problem
@@ -335,6 +336,30 @@ def llama_units(model: ModelConfig, host_bandwidth: int, experts: np.ndarray) ->
     }
 
 
+#: What stands in for the model file when the model file does not name it.
+GGUF_PLACEHOLDER = "your GGUF file (its first shard); a model from `solve model from-gguf` names it"
+
+
+def _why_not(p: Problem, plan: Placement, n_cpu: int) -> str:
+    """Why the free-memory split with ``--n-cpu-moe n_cpu`` (the least that fits every GPU, or every
+    layer's experts on the CPU when none does) is no placement: the limit that binds, named."""
+    short = [s for s in plan.stages if not s.fits]
+    if short:
+        s = short[0]
+        need = format_size(s.cache_bytes - s.room_bytes)
+        return (
+            f"does not fit even with every expert on the CPU: GPU {s.gpu} ({s.name}) lacks {need} "
+            f"for its layers {s.start}-{s.end - 1}"
+        )
+    split = f"split by free memory, --n-cpu-moe {n_cpu}"
+    if p.host_memory is not None and plan.host_bytes > p.host_memory:
+        return (
+            f"{split} (the least that fits the GPUs) leaves {format_size(plan.host_bytes)} of experts in "
+            f"host memory, more than host_memory ({format_size(p.host_memory)})"
+        )
+    return f"{split} breaks a GPU's min_layers or max_layers"
+
+
 class LlamaCpp(BytesSpeed):
     """llama.cpp: expert tensors on their layer's GPU or on the CPU, which runs them."""
 
@@ -343,16 +368,25 @@ class LlamaCpp(BytesSpeed):
     rig_keys = ("host_bandwidth", "host_memory")
     miss_rate_key = "host_bandwidth"
     reads_llama_bench = True
+    miss_label = "CPU time (experts in host memory)"
+    kv_types = tuple(KV_TYPES)
     columns: ClassVar[list[tuple[str, StageCell]]] = [
-        ("experts on GPU", lambda s: format_size(s.cache_bytes)),
-        ("tensors kept", lambda s: f"{s.held_pairs:,}/{s.visible_pairs:,}"),
-        ("on CPU", lambda s: format_size(s.host_bytes)),
-        ("CPU", lambda s: f"{s.miss_ms:.2f} ms"),
+        ("experts\non GPU", lambda s: format_size(s.cache_bytes)),
+        ("experts\non CPU", lambda s: format_size(s.host_bytes)),
+        ("GPU\nms", lambda s: ms(s.compute_ms)),
+        ("CPU\nms", lambda s: ms(s.miss_ms - s.switch_ms)),
+        ("switch\nms", lambda s: ms(s.switch_ms)),
     ]
     summary: ClassVar[list[tuple[str, PlanCell]]] = [
-        ("CPU time", lambda q: f"{sum(s.miss_ms for s in q.stages):.3f} ms"),
+        ("GPU time", lambda q: f"{sum(s.compute_ms for s in q.stages):.3f} ms"),
+        ("CPU time", lambda q: f"{sum(s.miss_ms - s.switch_ms for s in q.stages):.3f} ms"),
+        ("switches", lambda q: f"{sum(s.switch_ms for s in q.stages):.3f} ms"),
         ("experts on GPU", lambda q: format_size(sum(s.cache_bytes for s in q.stages))),
         ("experts on CPU", lambda q: format_size(q.host_bytes)),
+    ]
+    sweep: ClassVar[list[tuple[str, PlanCell]]] = [
+        ("experts\non CPU", lambda q: format_size(q.host_bytes)),
+        ("CPU\nms", lambda q: ms(sum(s.miss_ms - s.switch_ms for s in q.stages))),
     ]
     required = (
         Required("model", "active_experts", "the experts each token uses per MoE layer"),
@@ -405,7 +439,7 @@ class LlamaCpp(BytesSpeed):
         plan = placed(lo)
         if feasible(p, plan):
             return Baseline(cuts, True, plan, "free-memory", f"split by free memory, --n-cpu-moe {lo}")
-        return Baseline(cuts, False, plan, "free-memory", "does not fit even with every expert on the CPU")
+        return Baseline(cuts, False, plan, "free-memory", _why_not(p, plan, lo))
 
     def stage_json(self, stage) -> dict:
         return {
@@ -425,14 +459,23 @@ class LlamaCpp(BytesSpeed):
         names: list[str] | None,
         extra_blocks: int,
         hosts: Hosts | None,
-    ) -> list[str]:
-        sizes = stage_sizes(cuts, n_layers)
-        flags = llama_flags(sizes, n_layers + extra_blocks, offload, names)
+        launch: Launch,
+    ) -> list[Line]:
+        """``llama-server -m MODEL.gguf -c CONTEXT --split-mode layer -ngl 999 --tensor-split ... -ot ...``
+        with ``-ctk/-ctv`` and ``-fa on`` for a KV cache type other than f16 and ``-fit off`` when asked;
+        across hosts, the rpc-server lines first."""
+        split = llama_flags(stage_sizes(cuts, n_layers), n_layers + extra_blocks, offload, names)
+        model, notes = placeholder(launch.gguf, "MODEL.gguf", GGUF_PLACEHOLDER)
+        context, more = context_flag("-c", launch.context)
+        tail = []
+        if launch.kv_type != self.kv_types[0]:  # a quantised V cache needs flash attention
+            tail = ["-ctk", launch.kv_type, "-ctv", launch.kv_type, "-fa", "on"]
+        tail += ["-fit", "off"] if launch.fit_off else []
+        head = ["llama-server", "-m", model, *context]
         if hosts is not None and hosts.spans(gpus):
-            split, *override = flags
-            servers, main, devices = llama_rpc_lines(hosts, gpus)
-            return [*servers, *main, devices, split, *override]
-        return [*device_order(gpus), *flags]
+            lines, env, devices = llama_rpc_lines(hosts, gpus)
+            return [*notes, *more, *lines, Command((*head, *devices, *split, *tail), env)]
+        return [*notes, *more, Command((*head, *split, *tail), device_order(gpus))]
 
     def read_command(self, words: list[str]) -> LlamaArgs:
         """llama-server, llama-cli or llama-bench words (solver.engines.llamaargs)."""

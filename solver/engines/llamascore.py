@@ -34,6 +34,7 @@ from solver.engines.llamaargs import KV_TYPE_BYTES, LlamaArgs, moe_rules
 from solver.engines.llamacpp import Costs, base_tensor, slot_devices
 from solver.errors import ArgsError
 from solver.export import Offload
+from solver.kvcache import KV_TYPES
 from solver.plan import Placement, Stage, handoffs_ms
 from solver.problem import Problem, at_context
 from solver.scored import Card, Scored
@@ -64,7 +65,7 @@ CPU = -1
 
 def run_problem(p: Problem, args: LlamaArgs) -> tuple[Problem, list[str]]:
     """The rig as the command runs it: ``-c`` for the context, ``-ctk``/``-ctv`` for the KV bytes (the
-    model's ``kv_bytes_per_token`` is at F16, half K and half V), llama-bench's ``-d`` for the depth."""
+    problem's are at its ``kv_type``, half K and half V), llama-bench's ``-d`` for the depth."""
     notes = []
     context = p.context if not args.ctx_size else args.ctx_size
     if args.ctx_size == 0:
@@ -72,7 +73,7 @@ def run_problem(p: Problem, args: LlamaArgs) -> tuple[Problem, list[str]]:
             f"-c 0 means the model's training context, which the model file does not give; "
             f"scored at the rig's {p.context:,}"
         )
-    scale = sum(Fraction(*KV_TYPE_BYTES[t]) for t in (args.type_k, args.type_v)) / 4
+    scale = sum(Fraction(*KV_TYPE_BYTES[t]) for t in (args.type_k, args.type_v)) / (2 * KV_TYPES[p.kv_type])
     q = at_context(p, context, scale)
     if args.depth is not None:
         q = with_constants(q, depth=args.depth)

@@ -15,8 +15,8 @@ import numpy as np
 
 from solver.cards import DRIVER_MIB
 from solver.engines.bandwidth import BytesSpeed, all_held_ms
-from solver.engines.base import Orders, PlanCell, StageCell, StageFill, Weights, tokens
-from solver.export import device_order, env_line, stage_sizes
+from solver.engines.base import Orders, PlanCell, StageCell, StageFill, Weights, ms, tokens
+from solver.export import Command, context_flag, device_order, joined, placeholder, stage_sizes
 from solver.export_hosts import sglang_node_lines, vllm_ray_lines
 from solver.rangewalk import expert_prefix, need_table, room_of
 from solver.scales import SPARE_UNLIMITED
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from solver.baselines import Baseline
     from solver.config import ModelConfig, RigConfig
     from solver.engines.stageargs import StageArgs
-    from solver.export import Offload
+    from solver.export import Launch, Line, Offload
     from solver.export_hosts import Hosts
     from solver.plan import Placement
     from solver.problem import Problem
@@ -91,6 +91,8 @@ def stage_fill(p: Problem, g: int, a: int, b: int) -> StageFill:
     )
 
 
+#: What stands in for the model when the model file does not name it.
+HF_PLACEHOLDER = "the checkpoint directory or Hugging Face id to serve (a model file's hf_model names it)"
 #: Share of each card's total memory the engine may use (vLLM's ``gpu_memory_utilization`` default;
 #: SGLang's ``mem_fraction_static`` is of the same size): the rest stays free.
 GPU_MEMORY_UTILIZATION = 0.9
@@ -117,13 +119,18 @@ class Resident(BytesSpeed):
     note = "every weight in VRAM, one pipeline stage per GPU"
     #: The environment variable that takes the layers per stage.
     partition_env: ClassVar[str]
+    #: The flag that takes the number of pipeline stages, and the one that takes the context.
+    size_flag: ClassVar[str]
+    context_flag: ClassVar[str]
     columns: ClassVar[list[tuple[str, StageCell]]] = [
         ("experts", lambda s: format_size(s.cache_bytes)),
         ("spare KV", lambda s: tokens(s.spare_tokens) if s.fits else "does not fit"),
+        ("GPU\nms", lambda s: ms(s.compute_ms)),
     ]
     summary: ClassVar[list[tuple[str, PlanCell]]] = [
         ("spare KV", lambda q: tokens(q.spare_tokens) if all(s.fits for s in q.stages) else "-"),
     ]
+    sweep: ClassVar[list[tuple[str, PlanCell]]] = [("spare KV", lambda q: tokens(q.spare_tokens))]
 
     def problem_fields(self, rig: RigConfig, model: ModelConfig, experts: np.ndarray) -> dict:
         """The speed model's fields, and each card's memory the engine keeps from its KV cache: what
@@ -174,16 +181,21 @@ class Resident(BytesSpeed):
         names: list[str] | None,
         extra_blocks: int,
         hosts: Hosts | None,
-    ) -> list[str]:
+        launch: Launch,
+    ) -> list[Line]:
         if offload:
             raise ValueError(f"{self.name} keeps every weight on its GPU: nothing to offload")
-        sizes = stage_sizes(cuts, n_layers)
+        partition = joined(stage_sizes(cuts, n_layers))
+        model, notes = placeholder(launch.hf_model, "MODEL", HF_PLACEHOLDER)
+        tail, more = context_flag(self.context_flag, launch.context)
+        head = self.server(model)
         if hosts is not None and hosts.spans(gpus):
-            return self.across_hosts(hosts, gpus, ",".join(map(str, sizes)))
-        return [*device_order(gpus), env_line(self.partition_env, sizes), *self.size_flags(len(gpus))]
+            return [*notes, *more, *self.across_hosts(hosts, gpus, partition, head, tail)]
+        env = (*device_order(gpus), (self.partition_env, partition))
+        return [*notes, *more, Command((*head, self.size_flag, str(len(gpus)), *tail), env)]
 
-    def size_flags(self, k: int) -> list[str]:
-        """The flags that set the pipeline size."""
+    def server(self, model: str) -> list[str]:
+        """The command that serves ``model``, before its pipeline flags."""
         raise NotImplementedError
 
     def read_command(self, words: list[str]) -> StageArgs:
@@ -199,7 +211,9 @@ class Resident(BytesSpeed):
         k = args.stages or 1
         return score_stages(p, args, stage_sizes(p, args, self.partition(p.n_layers, k)))
 
-    def across_hosts(self, hosts: Hosts, gpus: list[int], partition: str) -> list[str]:
+    def across_hosts(
+        self, hosts: Hosts, gpus: list[int], partition: str, head: list[str], tail: list[str]
+    ) -> list[Line]:
         """Each host's lines for a plan that spans machines."""
         raise NotImplementedError
 
@@ -209,6 +223,8 @@ class Vllm(Resident):
 
     name = "vllm"
     partition_env = "VLLM_PP_LAYER_PARTITION"
+    size_flag = "--pipeline-parallel-size"
+    context_flag = "--max-model-len"
 
     def orders(self, p: Problem) -> Orders | None:
         """Over several hosts, Ray runs each node's GPUs in ascending order and the nodes after the
@@ -242,11 +258,13 @@ class Vllm(Resident):
             counts[-i] += 1
         return counts
 
-    def size_flags(self, k: int) -> list[str]:
-        return [f"--pipeline-parallel-size {k}"]
+    def server(self, model: str) -> list[str]:
+        return ["vllm", "serve", model]
 
-    def across_hosts(self, hosts: Hosts, gpus: list[int], partition: str) -> list[str]:
-        return vllm_ray_lines(hosts, gpus, partition)
+    def across_hosts(
+        self, hosts: Hosts, gpus: list[int], partition: str, head: list[str], tail: list[str]
+    ) -> list[Line]:
+        return vllm_ray_lines(hosts, gpus, partition, head, tail)
 
 
 class Sglang(Resident):
@@ -254,6 +272,8 @@ class Sglang(Resident):
 
     name = "sglang"
     partition_env = "SGLANG_PP_LAYER_PARTITION"
+    size_flag = "--pp-size"
+    context_flag = "--context-length"
 
     def orders(self, p: Problem) -> Orders | None:
         """Over several hosts SGLang runs equally many pipeline stages on every node; any order of
@@ -272,8 +292,10 @@ class Sglang(Resident):
             counts[-i] += 1
         return counts
 
-    def size_flags(self, k: int) -> list[str]:
-        return [f"--pp-size {k}"]
+    def server(self, model: str) -> list[str]:
+        return ["python", "-m", "sglang.launch_server", "--model-path", model]
 
-    def across_hosts(self, hosts: Hosts, gpus: list[int], partition: str) -> list[str]:
-        return sglang_node_lines(hosts, gpus, partition)
+    def across_hosts(
+        self, hosts: Hosts, gpus: list[int], partition: str, head: list[str], tail: list[str]
+    ) -> list[Line]:
+        return sglang_node_lines(hosts, gpus, partition, head, tail)

@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
-from solver.engines.base import Engine, PlanCell, StageCell, StageFill, Weights
-from solver.export import device_order
+from solver.engines.base import Engine, PlanCell, StageCell, StageFill, Weights, ms
+from solver.export import Comment, Flags, Line, SetEnv, Text, device_order, joined
 from solver.rangewalk import RangeWalk, expert_prefix, need_table, walk_range, walk_table
 from solver.scales import MASS_SCALE, SPARE_UNLIMITED
 from solver.units import format_size
@@ -16,7 +16,7 @@ from solver.units import format_size
 if TYPE_CHECKING:
     from solver.config import RigConfig
     from solver.engines.stageargs import StageArgs
-    from solver.export import Offload
+    from solver.export import Launch, Offload
     from solver.export_hosts import Hosts
     from solver.problem import Problem
     from solver.scored import Scored
@@ -85,6 +85,7 @@ class Strata(Engine):
 
     name = "strata"
     profile = True
+    export_noun = "flags"
     note = "a per-expert VRAM cache fed from a routing profile"
     rig_keys = ("miss_ms", "first_stage_min_layers", "host_memory")
     speed_keys = ("sms", "clock_ghz")
@@ -92,12 +93,17 @@ class Strata(Engine):
         ("cache", lambda s: format_size(s.cache_bytes)),
         ("pairs held", lambda s: f"{s.held_pairs:,}/{s.visible_pairs:,}"),
         ("mass", lambda s: f"{s.held_mass:.2%}"),
+        ("compute\nms", lambda s: ms(s.compute_ms)),
     ]
     summary: ClassVar[list[tuple[str, PlanCell]]] = [
         ("held mass", lambda q: f"{q.held_mass:.2%}"),
         ("pairs held", lambda q: f"{q.held_pairs:,}"),
         ("cache", lambda q: format_size(sum(s.cache_bytes for s in q.stages))),
         ("experts in host RAM", lambda q: format_size(q.host_bytes)),
+    ]
+    sweep: ClassVar[list[tuple[str, PlanCell]]] = [
+        ("held\nmass", lambda q: f"{q.held_mass:.2%}"),
+        ("cache", lambda q: format_size(sum(s.cache_bytes for s in q.stages))),
     ]
 
     def check_gpus(self, rig: RigConfig, doc: YamlDoc) -> None:
@@ -128,16 +134,18 @@ class Strata(Engine):
         names: list[str] | None,
         extra_blocks: int,
         hosts: Hosts | None,
-    ) -> list[str]:
+        launch: Launch,
+    ) -> list[Line]:
+        """``--layer-split CUTS`` for the engine's command and its JSON config line."""
         if offload:
             raise ValueError("strata keeps every weight on its GPU: nothing to offload")
         if hosts is not None and hosts.spans(gpus):
             raise ValueError("strata runs on one machine: its plan cannot span hosts")
-        lines = device_order(gpus)
-        config = f'"layer_split": {list(cuts)}'
+        lines: list[Line] = [SetEnv(name, value) for name, value in device_order(gpus)]
+        config = Text(f'"layer_split": {list(cuts)}')
         if not cuts:  # one stage: an empty --layer-split would be a broken flag
-            return [*lines, "# one GPU runs every layer: no --layer-split needed", config]
-        return [*lines, f"--layer-split {','.join(map(str, cuts))}", config]
+            return [*lines, Comment("one GPU runs every layer: no --layer-split needed"), config]
+        return [*lines, Flags(("--layer-split", joined(cuts))), config]
 
     def read_command(self, words: list[str]) -> StageArgs:
         """``--layer-split CUTS`` and CUDA_VISIBLE_DEVICES (solver.engines.stageargs)."""

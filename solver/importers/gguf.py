@@ -109,6 +109,7 @@ def read_gguf(path: Path, kv_type: str = "f16") -> ImportedModel:
     kinds, kv, state = _attention(meta, layers, shown, sources, kv_type)
     command = f"solve model from-gguf {path.name}" + ("" if kv_type == "f16" else f" --kv-type {kv_type}")
     return ImportedModel(
+        kv_type=kv_type,
         name=meta.name or _stem(path),
         arch=meta.arch,
         layers=layers,
@@ -227,16 +228,24 @@ def _header(path: Path) -> GGUFHeader:
     return header
 
 
-def _read_shards(path: Path) -> list[GGUFHeader]:
-    """The headers of every shard of the model ``path`` belongs to, the first shard first.
+def first_shard(path: Path) -> Path:
+    """The file llama.cpp loads for the model ``path`` belongs to: its first shard (itself if unsplit).
 
     A split model (``split.count`` > 1) is named ``STEM-00001-of-0000N.gguf`` (llama.cpp's
-    ``llama_split_path``); given any of its shards, all of them are read.
+    ``llama_split_path``); given its first shard, llama.cpp finds the others.
     """
-    shown = str(path)
     match = SHARD_NAME.match(path.name)
     if match and int(match["no"]) != 1:
-        path = path.with_name(f"{match['stem']}-00001-of-{match['count']}.gguf")
+        return path.with_name(f"{match['stem']}-00001-of-{match['count']}.gguf")
+    return path
+
+
+def _read_shards(path: Path) -> list[GGUFHeader]:
+    """The headers of every shard of the model ``path`` belongs to, the first shard first; given any
+    of its shards, all of them are read."""
+    shown = str(path)
+    match = SHARD_NAME.match(path.name)
+    path = first_shard(path)
     first = _header(path)
     count = first.metadata.get("split.count", 1)
     if not isinstance(count, int) or count < 1:

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -726,6 +727,9 @@ def _default_name(data: dict[str, Any], path: Path) -> str:
     named = data.get("_name_or_path")
     if isinstance(named, str) and named.strip():
         return named.rstrip("/").split("/")[-1]
+    cached = checkpoint_of(path)
+    if isinstance(cached, str):  # Hugging Face's cache: the repository's name, not the revision's hash
+        return cached.split("/")[-1]
     return path.parent.name if path.name == "config.json" and path.parent.name else path.stem
 
 
@@ -758,6 +762,21 @@ def _sizes(scheme: str, entries: list[tuple[str, Tensor, int]], facts: Facts) ->
         f"{scheme}: llama-quantize's recipe (docs/models.md; an imatrix assumed), tensors by type: {used}"
     )
     return _Sizes(sizes, types, summary)
+
+
+#: A file of Hugging Face's cache: models--ORG--NAME/snapshots/REVISION/config.json.
+_HF_CACHE = re.compile(r"models--(?P<org>[^/\\]+?)--(?P<name>[^/\\]+)$")
+
+
+def checkpoint_of(config_path: Path) -> str | Path | None:
+    """What vLLM and SGLang would load for this config: the Hugging Face id when the file is in Hugging
+    Face's cache, the folder when it holds the weights (``*.safetensors``), else None (not known)."""
+    folder = config_path.resolve().parent
+    if folder.parent.name == "snapshots":
+        cached = _HF_CACHE.match(folder.parent.parent.name)
+        if cached:
+            return f"{cached['org']}/{cached['name']}"
+    return folder if any(folder.glob("*.safetensors")) else None
 
 
 def read_hf(config_path: Path, weights: str, name: str | None = None, kv_type: str = "f16") -> ImportedModel:
@@ -854,6 +873,7 @@ def read_hf(config_path: Path, weights: str, name: str | None = None, kv_type: s
     if fam.nextn:
         sources["nextn_layers"] = fam.nextn_note
     return ImportedModel(
+        kv_type=kv_type,
         name=name or _default_name(data, config_path),
         arch=c.type,
         layers=n,

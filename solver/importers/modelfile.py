@@ -6,6 +6,8 @@ import json
 import textwrap
 from dataclasses import dataclass, field
 
+from solver.kvcache import DEFAULT_KV_TYPE
+
 
 @dataclass
 class ImportedModel:
@@ -22,6 +24,9 @@ class ImportedModel:
     sources              model-file key -> where its number came from, written as comments
     max_context          the longest context the model was trained for (written when known)
     nextn_layers         next-token-prediction blocks the GGUF file has after the L layers
+    kv_type              the KV cache type kv_bytes_per_token is at (solver.kvcache)
+    gguf, hf_model       what an engine's command loads: the GGUF file (a path relative to the model
+                         file), the checkpoint directory or Hugging Face id (None: not known)
     vocab_size           tokens of the vocabulary (the output logits' width), when known
     embedding_bytes      the token embeddings' part of ``first_stage_bytes`` (llama.cpp keeps them in RAM)
     other_weight_bytes   weights of the file no stage holds (host-memory embeddings, MTP layers)
@@ -45,6 +50,9 @@ class ImportedModel:
     sources: dict[str, str] = field(default_factory=dict)
     max_context: int | None = None
     nextn_layers: int = 0
+    kv_type: str = DEFAULT_KV_TYPE
+    gguf: str | None = None
+    hf_model: str | None = None
     vocab_size: int | None = None
     embedding_bytes: int = 0
     other_weight_bytes: int = 0
@@ -178,6 +186,12 @@ def model_yaml(m: ImportedModel, profile: str | None = None) -> str:
                 "other_weight_bytes", m.other_weight_bytes, f"{_mib(m.other_weight_bytes)}, no stage holds it"
             )
         )
+    if m.kv_type != DEFAULT_KV_TYPE:
+        body.append(_line("kv_type", m.kv_type, "the KV cache type kv_bytes_per_token is at (-ctk/-ctv)"))
+    if m.gguf is not None:
+        body.append(_line("gguf", json.dumps(m.gguf), "the file llama-server -m loads"))
+    if m.hf_model is not None:
+        body.append(_line("hf_model", json.dumps(m.hf_model), "what vllm serve / SGLang load"))
     if m.expert_tensors:
         body.append(
             "expert_tensors:                   # routed expert tensors of each layer, all experts, bytes"
