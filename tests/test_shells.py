@@ -30,7 +30,7 @@ from shellparse import crt_argv, parse
 from test_export import model_tensor_names, offload_sets, plans
 from test_export_hosts import host_plans
 
-from solver.engines import engine_named, export_lines
+from solver.engines import Shape, engine_named, export_lines
 from solver.export import Command, Comment, Flags, Launch, Line, SetEnv, Text
 from solver.shells import SHELLS, quote, render
 
@@ -145,7 +145,7 @@ def test_llama_commands_run_the_plan_in_every_shell(data):
         kv_type=data.draw(st.sampled_from(["f16", "q8_0", "q4_0"])),
         fit_off=data.draw(st.booleans()),
     )
-    lines = engine_named("llama.cpp").export(gpus, cuts, n_layers, offload, names, 0, None, launch)
+    lines = engine_named("llama.cpp").export(Shape(gpus, cuts, n_layers, offload, names, 0, None, launch))
     expected = [gpus[sum(c <= layer for c in cuts)] for layer in range(n_layers)] + [gpus[-1]]
     for shell in SHELLS:
         text = render(lines, shell)
@@ -169,7 +169,7 @@ def test_vllm_and_sglang_commands_run_the_plan_in_every_shell(plan, model):
         ("vllm", "--pipeline-parallel-size", vllm_pp_indices, lambda r, _: vllm_local_device(r)),
         ("sglang", "--pp-size", sglang_pp_indices, lambda r, pp: sglang_gpu_id(r, pp)),
     ):
-        lines = engine_named(engine).export(gpus, cuts, n_layers, (), None, 0, None, launch)
+        lines = engine_named(engine).export(Shape(gpus, cuts, n_layers, (), None, 0, None, launch))
         for shell in SHELLS:
             text = render(lines, shell)
             assert parse(text, shell) == statements(lines), (engine, shell)
@@ -197,7 +197,7 @@ def test_multi_host_exports_read_alike_in_every_shell(plan):
     launch = Launch(gguf="m.gguf", hf_model="org/m", context=8192)
     for engine in ("llama.cpp", "vllm", "sglang"):
         try:
-            lines = engine_named(engine).export(gpus, cuts, n_layers, (), None, 0, hosts, launch)
+            lines = engine_named(engine).export(Shape(gpus, cuts, n_layers, (), None, 0, hosts, launch))
         except ValueError:
             continue  # a plan this engine cannot run across these hosts (test_export_hosts.py)
         posix = host_sections(render(lines, "posix"))

@@ -45,8 +45,8 @@ class Toy(Engine):
     def stage_fill(self, p, g, a, b):
         return StageFill(p.room(g, a, b), 0, 0, 0, 1.0, 0.0, 0, fits=p.room(g, a, b) >= 0)
 
-    def export(self, gpus, cuts, n_layers, offload, names, extra_blocks, hosts, launch):
-        return [Flags(("--toy-split", ",".join(map(str, cuts))))]
+    def export(self, plan):
+        return [Flags(("--toy-split", ",".join(map(str, plan.cuts))))]
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from solver.engines.base import Engine, StageFill, Table, Weights
+from solver.engines.base import Engine, Shape, StageFill, Table, Weights
 from solver.engines.llamacpp import LlamaCpp
 from solver.engines.resident import Sglang, Vllm
 from solver.engines.strata import Strata
@@ -92,9 +92,8 @@ def export_lines(
     ordered = list(cuts) == sorted(set(cuts)) and all(0 < c < n_layers for c in cuts)
     if len(cuts) != len(gpus) - 1 or not ordered:
         raise ValueError(f"cuts {cuts} do not split {n_layers} layers into {len(gpus)} stages")
-    lines = engine_named(engine).export(
-        gpus, cuts, n_layers, offload, tensor_names, extra_blocks, hosts, launch or Launch()
-    )
+    shape = Shape(gpus, cuts, n_layers, offload, tensor_names, extra_blocks, hosts, launch or Launch())
+    lines = engine_named(engine).export(shape)
     return render(lines, shell)
 
 
@@ -103,6 +102,7 @@ __all__ = [
     "ENGINES",
     "REGISTRY",
     "Engine",
+    "Shape",
     "StageFill",
     "Table",
     "Weights",

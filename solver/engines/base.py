@@ -91,6 +91,23 @@ class Table(Protocol):
 
 
 @dataclass(frozen=True)
+class Shape:
+    """A plan as its export needs it: rig GPU indices in pipeline order (taken to be CUDA device
+    numbers), the cut points, the layer count; llama.cpp's offloaded tensors, every tensor name of the
+    model when known (to prove the -ot pattern), blocks after the planned layers (MTP); where each GPU
+    is (a plan over several hosts); and what the command loads (solver.export.Launch)."""
+
+    gpus: list[int]
+    cuts: list[int]
+    n_layers: int
+    offload: list[Offload] | tuple[Offload, ...] = ()
+    names: list[str] | None = None
+    extra_blocks: int = 0
+    hosts: Hosts | None = None
+    launch: Launch | None = None
+
+
+@dataclass(frozen=True)
 class Orders:
     """The GPU orders (a GPU per stage) an engine can run, and why there are none when the list is
     empty."""
@@ -204,17 +221,7 @@ class Engine:
         """Engine keys of the whole plan in the JSON report."""
         return {}
 
-    def export(
-        self,
-        gpus: list[int],
-        cuts: list[int],
-        n_layers: int,
-        offload: list[Offload] | tuple[Offload, ...],
-        names: list[str] | None,
-        extra_blocks: int,
-        hosts: Hosts | None,
-        launch: Launch,
-    ) -> list[Line]:
+    def export(self, plan: Shape) -> list[Line]:
         """The lines that make the engine run the plan (solver.shells writes them for a shell);
         ValueError for a plan it cannot express."""
         raise NotImplementedError

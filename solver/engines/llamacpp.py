@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 
 from solver.engines.bandwidth import BytesSpeed, dense_ms, per_byte_ms, speed_of
-from solver.engines.base import PlanCell, Required, StageCell, StageFill, Weights, ms
+from solver.engines.base import PlanCell, Required, Shape, StageCell, StageFill, Weights, ms
 from solver.engines.fill import Fills, Units, best_set, dense_table, pack, uniform_table
 from solver.export import Command, context_flag, device_order, llama_flags, placeholder, stage_sizes
 from solver.export_hosts import llama_rpc_lines
@@ -29,8 +29,7 @@ if TYPE_CHECKING:
     from solver.baselines import Baseline
     from solver.config import ModelConfig, RigConfig
     from solver.engines.llamaargs import LlamaArgs
-    from solver.export import Launch, Line, Offload
-    from solver.export_hosts import Hosts
+    from solver.export import Line
     from solver.plan import Placement
     from solver.problem import Problem
     from solver.scored import Scored
@@ -450,20 +449,12 @@ class LlamaCpp(BytesSpeed):
             "offload": [{"layer": layer, "tensors": list(names)} for layer, names in stage.offload],
         }
 
-    def export(
-        self,
-        gpus: list[int],
-        cuts: list[int],
-        n_layers: int,
-        offload: list[Offload] | tuple[Offload, ...],
-        names: list[str] | None,
-        extra_blocks: int,
-        hosts: Hosts | None,
-        launch: Launch,
-    ) -> list[Line]:
+    def export(self, plan: Shape) -> list[Line]:
         """``llama-server -m MODEL.gguf -c CONTEXT --split-mode layer -ngl 999 --tensor-split ... -ot ...``
         with ``-ctk/-ctv`` and ``-fa on`` for a KV cache type other than f16 and ``-fit off`` when asked;
         across hosts, the rpc-server lines first."""
+        gpus, cuts, n_layers, launch = plan.gpus, plan.cuts, plan.n_layers, plan.launch
+        offload, names, extra_blocks, hosts = plan.offload, plan.names, plan.extra_blocks, plan.hosts
         split = llama_flags(stage_sizes(cuts, n_layers), n_layers + extra_blocks, offload, names)
         model, notes = placeholder(launch.gguf, "MODEL.gguf", GGUF_PLACEHOLDER)
         context, more = context_flag("-c", launch.context)

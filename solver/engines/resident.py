@@ -15,7 +15,7 @@ import numpy as np
 
 from solver.cards import DRIVER_MIB
 from solver.engines.bandwidth import BytesSpeed, all_held_ms
-from solver.engines.base import Orders, PlanCell, StageCell, StageFill, Weights, ms, tokens
+from solver.engines.base import Orders, PlanCell, Shape, StageCell, StageFill, Weights, ms, tokens
 from solver.export import Command, context_flag, device_order, joined, placeholder, stage_sizes
 from solver.export_hosts import sglang_node_lines, vllm_ray_lines
 from solver.rangewalk import expert_prefix, need_table, room_of
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from solver.baselines import Baseline
     from solver.config import ModelConfig, RigConfig
     from solver.engines.stageargs import StageArgs
-    from solver.export import Launch, Line, Offload
+    from solver.export import Line
     from solver.export_hosts import Hosts
     from solver.plan import Placement
     from solver.problem import Problem
@@ -172,17 +172,9 @@ class Resident(BytesSpeed):
     def plan_json(self, plan: Placement | None) -> dict:
         return {"spare_kv_tokens": plan.spare_tokens if plan else None}
 
-    def export(
-        self,
-        gpus: list[int],
-        cuts: list[int],
-        n_layers: int,
-        offload: list[Offload] | tuple[Offload, ...],
-        names: list[str] | None,
-        extra_blocks: int,
-        hosts: Hosts | None,
-        launch: Launch,
-    ) -> list[Line]:
+    def export(self, plan: Shape) -> list[Line]:
+        gpus, cuts, n_layers, launch = plan.gpus, plan.cuts, plan.n_layers, plan.launch
+        offload, hosts = plan.offload, plan.hosts
         if offload:
             raise ValueError(f"{self.name} keeps every weight on its GPU: nothing to offload")
         partition = joined(stage_sizes(cuts, n_layers))

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
-from solver.engines.base import Engine, PlanCell, StageCell, StageFill, Weights, ms
+from solver.engines.base import Engine, PlanCell, Shape, StageCell, StageFill, Weights, ms
 from solver.export import Comment, Flags, Line, SetEnv, Text, device_order, joined
 from solver.rangewalk import RangeWalk, expert_prefix, need_table, walk_range, walk_table
 from solver.scales import MASS_SCALE, SPARE_UNLIMITED
@@ -16,8 +16,6 @@ from solver.units import format_size
 if TYPE_CHECKING:
     from solver.config import RigConfig
     from solver.engines.stageargs import StageArgs
-    from solver.export import Launch, Offload
-    from solver.export_hosts import Hosts
     from solver.problem import Problem
     from solver.scored import Scored
     from solver.yamlfile import YamlDoc
@@ -125,18 +123,9 @@ class Strata(Engine):
         held = float(np.sum([f.held_mass for f in fills]))
         return compute_ms + p.miss_ms * (1.0 - held), held
 
-    def export(
-        self,
-        gpus: list[int],
-        cuts: list[int],
-        n_layers: int,
-        offload: list[Offload] | tuple[Offload, ...],
-        names: list[str] | None,
-        extra_blocks: int,
-        hosts: Hosts | None,
-        launch: Launch,
-    ) -> list[Line]:
+    def export(self, plan: Shape) -> list[Line]:
         """``--layer-split CUTS`` for the engine's command and its JSON config line."""
+        gpus, cuts, offload, hosts = plan.gpus, plan.cuts, plan.offload, plan.hosts
         if offload:
             raise ValueError("strata keeps every weight on its GPU: nothing to offload")
         if hosts is not None and hosts.spans(gpus):
