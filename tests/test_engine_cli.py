@@ -214,3 +214,12 @@ def test_engines_count_their_own_memory(tmp_path):
     p = load_problem(tiny_rig(tmp_path, gpus=gpus, rig_extra=vllm, model_extra=model, engine_buffers=True))
     assert p.reserve[0] == int(0.5 * (1500 + 700 * 2**20)) + 2**30 and p.reserve[1] == 64
     assert p.first_stage_bytes == 30  # vLLM loads the embeddings on the first card
+
+
+@pytest.mark.parametrize("rig", ["rigs/vllm-mix.yaml", LLAMA_MIX])
+def test_every_stage_reports_gpu_cpu_and_switch_time(rig):
+    code, d = _json(rig)
+    assert code == 0 and d["tokens_per_s"] == pytest.approx(1000 / d["window_ms"])
+    for s in d["stages"]:
+        assert s["stage_ms"] == pytest.approx(s["gpu_ms"] + s["cpu_ms"] + s["switch_ms"])
+    assert d["window_ms"] == pytest.approx(sum(s["stage_ms"] for s in d["stages"]))  # no hand-offs here

@@ -167,7 +167,7 @@ class Resident(BytesSpeed):
         return Baseline(cuts, feasible(p, plan), plan, "even", "the engine's even partition")
 
     def stage_json(self, stage) -> dict:
-        return {"spare_kv_tokens": stage.spare_tokens}
+        return {"cpu_ms": 0.0, "switch_ms": 0.0, "spare_kv_tokens": stage.spare_tokens}
 
     def plan_json(self, plan: Placement | None) -> dict:
         return {"spare_kv_tokens": plan.spare_tokens if plan else None}
