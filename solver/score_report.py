@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from solver.console import fit_names, print_lines
 from solver.planner import Result
 from solver.report import stage_json, to_json
 from solver.scored import Card, Scored
@@ -74,11 +77,11 @@ def to_score_json(s: Scored, words: list[str], r: Result, export: list[str] | No
 
 def _layers(c: Card) -> str:
     text = f"{c.layers[0]}-{c.layers[1] - 1}" if c.layers else "-"
-    return f"{text} + output" if c.output else text
+    return f"{text}+out" if c.output else text
 
 
 def _fits(c: Card) -> str:
-    return "yes" if c.fits else f"[red]NO, short {format_size(c.shortfall)}[/red]"
+    return "yes" if c.fits else "[red]no[/red]"  # the shortfall is in the lines below
 
 
 def print_score(s: Scored, r: Result, export: list[str] | None, console: Console) -> None:
@@ -86,21 +89,24 @@ def print_score(s: Scored, r: Result, export: list[str] | None, console: Console
     p = s.problem
     title = f"{p.rig}: {p.model}, {p.n_layers} layers, context {p.context:,}: the command as given"
     t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-    for col in ("device", "layers", "held", "on CPU", "other GPU", "guests", "needs", "has", "fits"):
+    moved = any(c.elsewhere for c in s.cards)  # expert tensors -ot sends to another GPU
+    cells: list[tuple[str, Callable[[Card], str]]] = [
+        ("device", lambda c: "CPU" if c.gpu is None else f"{c.gpu} {c.name}"),
+        ("layers", _layers),
+        ("held", lambda c: f"{c.held:,}"),
+        ("CPU", lambda c: "-" if c.gpu is None else f"{c.offloaded:,}"),
+        *([("moved", lambda c: f"{c.elsewhere:,}")] if moved else []),
+        ("guests", lambda c: f"{c.guests:,}"),
+        ("needs", lambda c: format_size(c.need_bytes)),
+        ("has", lambda c: "no limit" if c.avail_bytes is None else format_size(c.avail_bytes)),
+        ("fits", _fits),
+    ]
+    for col, _ in cells:
         t.add_column(col, justify="left" if col in ("device", "layers") else "right", no_wrap=True)
     for c in s.cards:
-        t.add_row(
-            "CPU" if c.gpu is None else f"{c.gpu} {c.name}",
-            _layers(c),
-            f"{c.held:,}",
-            "-" if c.gpu is None else f"{c.offloaded:,}",
-            f"{c.elsewhere:,}",
-            f"{c.guests:,}",
-            format_size(c.need_bytes),
-            "no limit" if c.avail_bytes is None else format_size(c.avail_bytes),
-            _fits(c),
-        )
-    console.print(t)
+        t.add_row(*(cell(c) for _, cell in cells))
+    fit_names(t, console)
+    print_lines(console, t)
     parts = [f"GPU {sum(st.compute_ms for st in s.placement.stages):.3f} ms"]
     missed = sum(st.miss_ms for st in s.placement.stages)
     if missed:
@@ -109,25 +115,27 @@ def print_score(s: Scored, r: Result, export: list[str] | None, console: Console
         parts.append(f"layers 0-{s.cpu_layers[1] - 1} on the CPU {s.cpu_ms:.3f} ms")
     if s.extra_ms:
         parts.append(f"other {s.extra_ms:.3f} ms")
-    console.print(
-        f"command: {s.window_ms:.3f} ms a token, {s.tokens_per_s:.2f} tokens/s ({', '.join(parts)})"
+    print_lines(
+        console, f"command: {s.window_ms:.3f} ms a token, {s.tokens_per_s:.2f} tokens/s ({', '.join(parts)})"
     )
     for c in s.short:
         where = "CPU memory" if c.gpu is None else f"GPU {c.gpu} {c.name}"
-        console.print(
+        print_lines(
+            console,
             f"[red]does not fit[/red]: {where} needs {format_size(c.need_bytes)} of "
-            f"{format_size(int(c.avail_bytes or 0))}, short by {format_size(c.shortfall)}"
+            f"{format_size(int(c.avail_bytes or 0))}, short by {format_size(c.shortfall)}",
         )
     if r.plan is None:
-        console.print(f"plan: {r.status}: {r.reason}")
+        print_lines(console, f"plan: {r.status}: {r.reason}")
     else:
         proof = "optimal" if r.status == "optimal" else f"{r.status}, not proven"
-        console.print(
+        print_lines(
+            console,
             f"plan ({r.solution.name}, {proof}): cuts {','.join(map(str, r.plan.cuts)) or '-'}, "
             f"{r.plan.window_ms:.3f} ms a token, {r.plan.tokens_per_s:.2f} tokens/s: "
-            + (f"{speedup(s, r):.2f}x the command's speed" if s.fits else "the command would not load")
+            + (f"{speedup(s, r):.2f}x the command's speed" if s.fits else "the command would not load"),
         )
-        for line in export or []:
-            console.print(line, markup=False, highlight=False)
+        for line in export or []:  # a command is pasted whole: never wrapped
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
     for note in s.notes:
         console.print(f"note: {note}", markup=False, highlight=False)

@@ -102,3 +102,13 @@ def test_wide_tables_split_into_parts_that_fit(tmp_path):
     show = run("profile", "show", ROOT / "models" / "profiles" / "qwen3-next-80b-a3b.txt")
     assert show.exit_code == 0, show.output
     check_lines(show.stdout)
+
+
+def test_a_score_fits_80_columns_and_keeps_its_command_whole():
+    words = ["llama-server", "-ngl", "99", "--n-cpu-moe", "60", "-ts", "3,2,1"]
+    res = run("score", ROOT / "rigs" / "llama-mix.yaml", "--", *words)
+    assert res.exit_code == 0, res.output
+    text = res.stdout.splitlines()
+    command = [line for line in text if line.startswith("llama-server ")]
+    assert len(command) == 1 and command[0].endswith("=CPU'")  # the plan's command, never wrapped
+    check_lines("\n".join(line for line in text if not line.startswith(("llama-server ", "# "))))
