@@ -25,6 +25,7 @@ from rich.table import Table
 from solver.atomicfile import output_kind, refuse_inputs
 from solver.config import ModelConfig, load_model, load_rig, relative_to, shown_path
 from solver.console import console as make_console
+from solver.console import print_lines
 from solver.engines import Engine, engine_named, engine_of
 from solver.engines.bandwidth import speed_of, with_constants
 from solver.errors import ArgsError, InputError
@@ -438,7 +439,8 @@ def not_identified(o: Outcome) -> dict[str, str]:
 
 def print_outcome(o: Outcome, shown: str, console: Console) -> None:
     """The runs table, the fitted and kept constants, the errors, and the YAML written or to add."""
-    console.print(
+    print_lines(
+        console,
         f"[bold]calibrate {o.rig}[/bold] (model {o.model}): {len(o.scorings)} run(s) from "
         + ", ".join(o.sources),
         highlight=False,
@@ -462,30 +464,30 @@ def print_outcome(o: Outcome, shown: str, console: Console) -> None:
             if o.loo_ms is not None:
                 row.append(_cell(o.loo_ms[i], tps))
             table.add_row(*row)
-        console.print(table)
+        print_lines(console, table)
     if o.fitted is not None:
         before, after = constants_of(o.x0), constants_of(o.fitted.x)
         parts = []
         for key in o.fitted.identified:
             was = "none" if key in o.start_keys else shown_value(key, before[key])
             parts.append(f"{key} {shown_value(key, after[key])} (was {was})")
-        console.print(
-            f"fitted: {', '.join(parts) if parts else 'nothing the runs identify'}", highlight=False
+        print_lines(
+            console, f"fitted: {', '.join(parts) if parts else 'nothing the runs identify'}", highlight=False
         )
         for key, hint in not_identified(o).items():
             kept = "none" if key in o.start_keys else shown_value(key, before[key])
-            console.print(f"kept {key} {kept}: not identified: {hint}", highlight=False)
+            print_lines(console, f"kept {key} {kept}: not identified: {hint}", highlight=False)
         m = medians(o)
         text = f"median error in tokens/s: before {m['before']:.1%}, after {m['after']:.1%}"
         if m["leave_one_out"] is not None:
             text += f", leave-one-out {m['leave_one_out']:.1%}"
-        console.print(text, highlight=False)
+        print_lines(console, text, highlight=False)
     if o.written:
-        console.print(f"wrote {o.written}:", highlight=False)
+        print_lines(console, f"wrote {o.written}:", highlight=False)
     elif o.yaml:
-        console.print(f"add to {shown} (or give --write FILE):", highlight=False)
+        print_lines(console, f"add to {shown} (or give --write FILE):", highlight=False)
     for line in o.yaml:
-        console.print(f"  {line}", markup=False, highlight=False)
+        console.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
 
 
 def to_json(o: Outcome) -> dict:

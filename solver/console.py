@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -21,11 +22,12 @@ def console(stderr: bool = False) -> Console:
     return Console(stderr=stderr, highlight=False, width=PIPE_WIDTH if wide else None)
 
 
-def print_lines(console: Console, *renderables: object) -> None:
-    """Print through ``console`` with each line's trailing spaces taken off (rich pads tables and titles
-    to their width; a line read by a user, a diff or a test should end at its last character)."""
+def print_lines(console: Console, *renderables: object, **options: Any) -> None:
+    """Print through ``console`` (``options`` as ``Console.print`` takes them) with each line's trailing
+    spaces taken off (rich pads tables and titles to their width; a line read by a user, a diff or a
+    test should end at its last character)."""
     with console.capture() as captured:
-        console.print(*renderables)
+        console.print(*renderables, **options)
     text = captured.get()
     console.file.write("".join(line.rstrip() + "\n" for line in text.splitlines()))
 

@@ -112,3 +112,17 @@ def test_a_score_fits_80_columns_and_keeps_its_command_whole():
     command = [line for line in text if line.startswith("llama-server ")]
     assert len(command) == 1 and command[0].endswith("=CPU'")  # the plan's command, never wrapped
     check_lines("\n".join(line for line in text if not line.startswith(("llama-server ", "# "))))
+
+
+def test_calibrate_reads_well_and_keeps_its_yaml_lines_whole():
+    rig, runs = (
+        ROOT / "docs" / "examples" / "rtx5080.yaml",
+        ROOT / "docs" / "examples" / "rtx5080-llama-bench.json",
+    )
+    res = run("calibrate", rig, "--llama-bench", runs)
+    assert res.exit_code == 0, res.output
+    text = res.stdout.splitlines()
+    check_lines(
+        "\n".join(line for line in text if not line.startswith("  "))
+    )  # "  key: value" lines to paste
+    assert all(line == line.rstrip() for line in text)
