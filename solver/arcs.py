@@ -12,7 +12,7 @@ equal integers:
 
 (strata's pairs; llama.cpp's expert tensors the same way with their CPU ms; see solver.engines).
 
-A plan's window is ``const_time + sum of arc time``. SPEC 3 compares windows in whole units of
+A plan's window is ``const_time + sum of arc time``. The tie rule compares windows in whole units of
 1e-6 ms, so the time objective's key is that total rounded (half up) to ``coarse`` = time_scale /
 10^6 units; all plans with the best key tie and go to the tie-breaks. Held mass compares exactly
 in units of 1e-12. Then the smallest bottleneck (``n * layer_units[g]``), then the smallest cut
@@ -46,13 +46,13 @@ class Arcs:
     time: arc compute minus the miss time its cache saves (units of 1/time_scale ms)
     mass: held mass (units of 1e-12); bottleneck: arc compute (units of 1/time_scale ms)
     stage: the stage's own time, compute plus the miss time of its layers' traffic it does not
-        hold (units of 1/time_scale ms; SPEC 7's ``stage_ms``, the throughput objective's max)
-    spare: spare KV tokens of the stage (resident engines, SPEC 6.3), SPARE_UNLIMITED when its
+        hold (units of 1/time_scale ms; ``stage_ms``, the throughput objective's max)
+    spare: spare KV tokens of the stage (resident engines), SPARE_UNLIMITED when its
         layers keep no per-token KV; larger is better, the plan's is the minimum over stages
     host: bytes of its layers' experts the stage leaves in host memory; a plan's sum is bounded
         by ``host_limit`` (bytes, None = no limit), a side constraint every solver must respect
 
-    SPEC 8 (idle GPUs, hosts): ``gpu_host`` (k,) is each GPU's machine; with ``idle`` a plan may
+    Idle GPUs and hosts: ``gpu_host`` (k,) is each GPU's machine; with ``idle`` a plan may
     leave GPUs out. Hand-offs stay exact in the same sums: with idle GPUs every arc's ``time``
     carries one ``handoff_ms`` and ``const_time`` one less, so s stages pay s - 1 hand-offs; each
     run of one host's stages beyond the first pays ``network - handoff`` more. Without idle GPUs

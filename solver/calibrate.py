@@ -1,9 +1,9 @@
 """``solve calibrate``: fit the cover curve's exponent b to measured expert-cache hit rates.
 
 The cover curve says the top share f of the ranked pairs holds ``H(f) = 1 - (1 - f)^b`` of the routing
-(SPEC 3). A point is a measured (f, hit rate); b minimises the sum of squared hit-rate errors. Points come
-from the command line or from the engine's INFO log lines. ``--write`` stores the curve in a model file,
-editing only its ``curve:`` line.
+(docs/reference.md, "The arithmetic"). A point is a measured (f, hit rate); b minimises the sum of
+squared hit-rate errors. Points come from the command line or from the engine's INFO log lines.
+``--write`` stores the curve in a model file, editing only its ``curve:`` line.
 """
 
 from __future__ import annotations

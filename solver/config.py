@@ -1,4 +1,4 @@
-"""Validated rig and model files (SPEC section 2): pydantic models plus YAML-line-aware errors."""
+"""Validated rig and model files (docs/reference.md): pydantic models plus YAML-line-aware errors."""
 
 from __future__ import annotations
 
@@ -348,7 +348,7 @@ def host_problem(hosts: list[str | None]) -> tuple[int, str] | None:
 
 def check_host_runs(rig: RigConfig, doc: YamlDoc) -> None:
     """With the order as given, each host's GPUs must be listed together: the pipeline visits every
-    host once (SPEC 8). An interleaved list is an error naming the GPUs."""
+    host once. An interleaved list is an error naming the GPUs."""
     if rig.order != "as-given":
         return
     seen: dict[str, int] = {}

@@ -1,4 +1,4 @@
-"""The mass of each profile rank (SPEC section 3): cover, power and counts curves."""
+"""The mass of each profile rank (docs/reference.md, "The arithmetic"): cover, power and counts curves."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Exports for a rig that spans machines (SPEC 8): llama.cpp over rpc-server, SGLang over several nodes.
+"""Exports for a rig that spans machines: llama.cpp over rpc-server, SGLang over several nodes.
 
 A GPU's CUDA number on its host is its position among that host's GPUs in the rig (the order ``solve probe
 --host`` writes them in). tests/test_export_hosts.py re-implements each engine's device ordering and checks

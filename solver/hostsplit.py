@@ -1,6 +1,6 @@
 """Exact best plan through every arc of a free order over several hosts, by splitting at the hosts.
 
-SPEC 8 keeps each host's GPUs in one run of stages, so a plan is an order of hosts, a range of
+A rig keeps each host's GPUs in one run of stages, so a plan is an order of hosts, a range of
 layers per host, and inside each host an order of its own GPUs over its range. The hosts are
 independent once their ranges are fixed, so the optimum splits in two exact DPs:
 

@@ -1,7 +1,7 @@
 """Lagrangian bounds for a free order: a plan's weight, relaxed so a GPU may repeat, priced per class.
 
 A plan in a free order is a path of k arcs from layer 0 to layer L that uses every GPU once, and
-each host's GPUs run one after another (SPEC 8). The relaxation keeps the hosts exact, a DP over
+each host's GPUs run one after another. The relaxation keeps the hosts exact, a DP over
 (hosts done, boundary) in which a host covers one range with exactly as many arcs as it has GPUs,
 but lets those arcs be any of the host's GPUs, repeats allowed. Lagrangian prices put "every GPU
 once" back: class c (identical GPUs on one host, ``solver.arcs.gpu_classes``) gets a price

@@ -33,7 +33,7 @@ class Stage:
 
     @property
     def stage_ms(self) -> float:
-        """SPEC 7: the stage's compute plus the misses of its own layers (what batched serving waits on)."""
+        """The stage's compute plus the misses of its own layers (what batched serving waits on)."""
         return self.compute_ms + self.miss_ms
 
 
@@ -59,7 +59,7 @@ class Placement:
 
     @property
     def bottleneck_ms(self) -> float:
-        """SPEC 7: the slowest stage, which sets a batched pipeline's pace."""
+        """The slowest stage, which sets a batched pipeline's pace."""
         return max(s.stage_ms for s in self.stages)
 
     @property
@@ -74,7 +74,7 @@ class Placement:
 
     @property
     def spare_tokens(self) -> int | None:
-        """SPEC 6.3: the smallest stage's spare KV tokens (None: no stage keeps per-token KV, or a stage
+        """The smallest stage's spare KV tokens (None: no stage keeps per-token KV, or a stage
         does not fit at all)."""
         if not all(s.fits for s in self.stages):
             return None
@@ -129,13 +129,13 @@ def evaluate(
 
 def handoffs_ms(p: Problem, gpus: list[int]) -> float:
     """The boundaries' cost: ``network_handoff_ms`` where consecutive stages are on different hosts,
-    ``handoff_ms`` where they share one (SPEC 8)."""
+    ``handoff_ms`` where they share one."""
     hosts = p.hosts
     return sum(p.handoff_ms if hosts[g] == hosts[h] else p.network_ms for g, h in pairwise(gpus))
 
 
 def feasible(p: Problem, plan: Placement) -> bool:
-    """Every rule of SPEC 3, 6 and 8: layer counts within each GPU's limits, every stage fits, each GPU
+    """Every feasibility rule: layer counts within each GPU's limits, every stage fits, each GPU
     at most once (exactly once unless idle GPUs are allowed; in rig order as given), each host's stages
     one run, and the experts left in host memory within ``host_memory``."""
     for i, s in enumerate(plan.stages):

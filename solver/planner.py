@@ -103,7 +103,7 @@ def dp_work(arcs: Arcs) -> int:
 def solve_plan(arcs: Arcs, limits: Limits) -> Solution:
     """The product's answer: the exact DP where it is cheap, else CP-SAT hinted by the DP.
 
-    Idle GPUs or a free order over hosts (SPEC 8): the host/idle DP, else (its size, or a
+    Idle GPUs or a free order over hosts: the host/idle DP, else (its size, or a
     host-memory limit its optimum breaks) the cut solve or CP-SAT. Every solver here stops at
     ``limits``' deadline with the best plan it has."""
     if arcs.subsets or dp_work(arcs) <= DP_FIRST_WORK:
@@ -218,7 +218,7 @@ def plan_rig(p: Problem, limits: Limits | None = None, check: bool = False) -> R
     plan = evaluate(p, solution.gpus, solution.cuts) if solution.found else None
     if plan is not None and not feasible(p, plan):
         raise AssertionError(f"the solver returned an infeasible plan: {plan.gpus} {plan.cuts}")
-    base = solve_proportional(arcs)  # SPEC 3's baseline, for every engine
+    base = solve_proportional(arcs)  # the contract's baseline, for every engine
     split = base.status == "heuristic" and bounds_ok(p, base.cuts)
     base_plan = evaluate(p, base.gpus, base.cuts) if split else None
     feasible_base = bool(base_plan and feasible(p, base_plan))

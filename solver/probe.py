@@ -320,7 +320,7 @@ def _gpu_lines(pos: int, gpu: GpuInfo, reserve_mib: int, host: str | None = None
         total = "" if gpu.total is None else f", {gpu.total // MIB} MiB total"
         lines.append(f"    #   NVML name {gpu.name!r}{total}: the card table's {gpu.rig_name!r}")
     if host is not None:
-        lines.append(_line("host", json.dumps(host), "the machine this GPU is in (SPEC 8)"))
+        lines.append(_line("host", json.dumps(host), "the machine this GPU is in"))
     if gpu.free is not None:
         total = f"{gpu.total // MIB} MiB total, " if gpu.total is not None else ""
         note = f"free when probed ({total}NVML memory info {gpu.memory_api}); close other GPU programs first"
@@ -358,7 +358,7 @@ def rig_yaml(
     host: str | None = None,
     gpus_only: bool = False,
 ) -> str:
-    """A rig file (SPEC 2.1) for ``gpus`` in pipeline order, with what NVML said in comments.
+    """A rig file for ``gpus`` in pipeline order, with what NVML said in comments.
 
     ``host`` names the machine on every GPU; ``gpus_only`` gives just the ``gpus:`` list items, to append
     to a rig of another machine (whose last key is ``gpus:``) so one rig spans several hosts.

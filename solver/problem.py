@@ -35,7 +35,7 @@ REFERENCE_LAYER_MS, REFERENCE_SMS, REFERENCE_GHZ = 0.33, 84, 2.617
 
 
 def estimate_layer_ms(sms: int, clock_ghz: float) -> float:
-    """``layer_ms = 0.33 * (84 * 2.617) / max(1, sms * clock_ghz)`` (SPEC 2.1)."""
+    """``layer_ms = 0.33 * (84 * 2.617) / max(1, sms * clock_ghz)``: Strata's estimate."""
     return REFERENCE_LAYER_MS * (REFERENCE_SMS * REFERENCE_GHZ) / max(1.0, sms * clock_ghz)
 
 
@@ -157,7 +157,7 @@ class Problem:
         return self.n_gpus * self.n_layers * (self.n_layers + 1) // 2
 
     def room(self, g: int, a: int, b: int) -> int:
-        """Exact room of GPU g running layers [a, b) (SPEC 3); negative means it does not fit."""
+        """Exact room of GPU g running layers [a, b); negative means it does not fit."""
         return (
             int(self.free[g])
             - int(self.reserve[g])

@@ -1,4 +1,4 @@
-"""Routing profiles (SPEC 2.3): ranked (layer, expert) pairs, hottest first, as text or STRP v1."""
+"""Routing profiles (docs/profiles.md): ranked (layer, expert) pairs, hottest first, as text or STRP v1."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``solve profile ...``: make, convert, count and inspect routing profiles (SPEC 2.3).
+"""``solve profile ...``: make, convert, count and inspect routing profiles (docs/profiles.md).
 
 Every file these commands write is written atomically and never over one of their inputs; the
 output format follows the extension: ``.strp`` is STRP v1 (which carries no counts), anything else

@@ -1,7 +1,7 @@
 """The range walk: for every (GPU g, layers [a, b)) its room and which ranked pairs its cache holds.
 
 A stage's cache walks the profile in rank order over the pairs of its own layers and stops at the
-first pair that does not fit (SPEC 3). With ``P[x, r]`` = bytes of the pairs of rank < r in layers
+first pair that does not fit (docs/reference.md). With ``P[x, r]`` = bytes of the pairs of rank < r in layers
 < x, the bytes the walk of [a, b) has taken after r ranks are ``P[b, r] - P[a, r]``: non-decreasing
 in r. So the walk's stop is one binary search per (g, a, b), all run at once as array operations,
 and any per-pair sum over a held set is two lookups in a prefix table of the same shape.

@@ -1,4 +1,4 @@
-"""Results -> the JSON object of SPEC section 5, and the human table."""
+"""Results -> the JSON object (docs/reference.md, "The JSON object") and the human table."""
 
 from __future__ import annotations
 
@@ -74,7 +74,7 @@ def _objective_value(plan: Placement, objective: str) -> float:
 
 
 def to_json(r: Result) -> dict:
-    """The ``--json`` object: required keys of SPEC 5 plus order, context and a few counts."""
+    """The ``--json`` object: the required keys plus order, context and a few counts."""
     p, plan = r.problem, r.plan
     sol = r.solution
     proven = r.status == "optimal"

@@ -1,4 +1,4 @@
-"""A model read from a GGUF file's header (SPEC 9): exact bytes per layer, never the tensor data.
+"""A model read from a GGUF file's header: exact bytes per layer, never the tensor data.
 
 What llama.cpp does with each number, and so what this module counts:
 

@@ -1,4 +1,4 @@
-"""The one shape every model importer fills, and the model file it is written as (SPEC 2.2, 6.1)."""
+"""The one shape every model importer fills, and the model file it is written as (docs/reference.md)."""
 
 from __future__ import annotations
 
@@ -120,7 +120,7 @@ def _moe_values(m: ImportedModel, values: list[int]) -> object:
 
 
 def model_yaml(m: ImportedModel, profile: str | None = None) -> str:
-    """The model file (SPEC 2.2 and 6.1) for ``m``, with comments saying where every number came from.
+    """The model file for ``m``, with comments saying where every number came from.
 
     Lists that hold one value throughout are written as that value, and ``kinds`` as its shortest
     repeating cycle. ``profile`` (a path relative to the model file) is written only when given.

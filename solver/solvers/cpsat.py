@@ -185,7 +185,7 @@ def _through_any(arcs: Arcs, weight: np.ndarray, sense: str) -> np.ndarray:
 
 
 def _host_runs(m: cp_model.CpModel, xs: np.ndarray, arcs: Arcs, check: Callable[[], None]) -> list:
-    """SPEC 8: each host's stages are one run. The run of host h enters at boundary p when an arc of h
+    """Each host's stages are one run. The run of host h enters at boundary p when an arc of h
     starts there and none of h ends there: e_h(p) = s_h(p) AND NOT t_h(p), linearised exactly
     (e >= s - t, e <= s, e <= 1 - t, with s and t 0/1 sums), and at most one entry per host.
     Returns every entry variable (their count is the plan's host runs)."""
@@ -390,7 +390,7 @@ def _start(arcs: Arcs, limits: Limits, hint: Solution | None, t0: float) -> _Cha
 def solve_cpsat(arcs: Arcs, limits: Limits | None = None, hint: Solution | None = None) -> Solution:
     """The exact plan by CP-SAT, or the best found when ``limits.time_limit`` stops the proof.
 
-    SPEC 8: idle GPUs make each GPU's arcs at most one (as given, a stage's successor runs on a later
+    Idle GPUs make each GPU's arcs at most one (as given, a stage's successor runs on a later
     GPU); host runs in a free order are constraints (``_host_runs``). With idle GPUs the arc bounds
     of ``best_through`` and ``relaxed_bound`` count exactly k stages, so arcs are pruned by the best
     path over any arcs instead (``_through_any``), and no relaxed bound is reported. When idle GPUs

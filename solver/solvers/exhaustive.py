@@ -1,6 +1,6 @@
 """Exhaustive enumeration oracle: score every placement, for small cases only.
 
-C(L-1, k-1) cut lists, times k! GPU orders when the order is free. With idle GPUs (SPEC 8) every
+C(L-1, k-1) cut lists, times k! GPU orders when the order is free. With idle GPUs every
 non-empty subset of GPUs in each order, with C(L-1, s-1) cut lists for s stages; orders that split
 a host's stages into two runs are left out, and each host run adds ``entry_units`` to the time.
 Cut lists and orders of different lengths compare as Python lists (padded with -1: a list that

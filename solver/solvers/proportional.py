@@ -1,4 +1,4 @@
-"""The heuristic engines use: cuts in proportion to speed (``1/layer_ms``), blind to memory (SPEC 3)."""
+"""The heuristic engines use: cuts in proportion to speed (``1/layer_ms``), blind to memory."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Exact DP for SPEC 8 rigs: idle GPUs allowed, or a free order over several hosts.
+"""Exact DP where plans differ in the GPUs they use: idle GPUs allowed, or a free order over hosts.
 
 A state is what decides which GPU may run the next stage and what its boundary costs: with the order
 as given, the last GPU used (the used GPUs keep rig order and hosts are contiguous, so host runs hold
