@@ -53,6 +53,7 @@ def problems(draw: st.DrawFn):
     )
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(problems())
 def test_three_solvers_agree_on_random_small_rigs(p):
@@ -81,6 +82,7 @@ def side_levels(draw: st.DrawFn):
     return dataclasses.replace(arcs, spare=spare.astype(np.int64), host_limit=limit)
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(side_levels())
 def test_spare_and_host_limit_agree(arcs):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import json
 
 from click.testing import CliRunner
@@ -69,6 +71,7 @@ def test_bench_table_and_process_time(write):
     assert "solve tiny --json, fresh interpreter" in res.output
 
 
+@pytest.mark.slow
 def test_bench_sweep_covers_the_grid_in_both_orders(write):
     rig = tiny_rig(write)
     res = run(
@@ -177,6 +180,7 @@ def check_fresh_process(row: dict) -> None:
     assert fresh["solver"] in ("dp", "cp-sat", "exhaustive")
 
 
+@pytest.mark.slow
 def test_sweep_with_every_gpu_a_different_card(write):
     rows = sweep_rows(write, "--gpus", "3", "--layers", "8", "--experts", "4", "--kinds", "0", "--hosts", "1")
     assert [(r["order"], r["gpus"], r["layers"], r["hosts"], r["kinds"]) for r in rows] == [
@@ -224,6 +228,7 @@ def test_sweep_shape_errors_are_usage_errors():
     assert res.exit_code == 2 and "as-given, auto" in res.output
 
 
+@pytest.mark.slow
 def test_sweep_plans_for_the_objective_and_idle_gpus_asked(write):
     grid = ("--gpus", "3", "--layers", "2,6", "--experts", "4", "--orders", "as-given")
     res = run(

@@ -3,6 +3,8 @@ the context and the KV cache type the plan assumed, and the KV type changes what
 
 from __future__ import annotations
 
+import pytest
+
 import json
 from fractions import Fraction
 from pathlib import Path
@@ -78,6 +80,7 @@ def test_a_split_model_names_its_first_shard(tmp_path):
     assert 'gguf: "../dl/Q-00001-of-00001.gguf"' in (tmp_path / "models" / "q.yaml").read_text()
 
 
+@pytest.mark.slow
 def test_kv_type_scales_the_cache_and_goes_into_the_command(tmp_path):
     """q8_0 takes 34 bytes per 32 values, not 64: each layer holds that much less at the context, the plan
     is never slower, and -ctk/-ctv/-fa on say so in the command."""
@@ -109,6 +112,7 @@ def test_a_kv_type_the_engine_cannot_run_is_named_at_its_key(tmp_path):
     assert res.exit_code == 2 and "--kv-type q8_0: engine strata" in res.stderr
 
 
+@pytest.mark.slow
 def test_shells_quote_the_whole_command(tmp_path):
     rig = newcomer_rig(tmp_path)
     for shell, start in (("cmd", "llama-server -m "), ("powershell", "llama-server -m ")):
@@ -158,6 +162,7 @@ def test_kv_types_agree_with_ggml():
         assert KV_TYPES[name] == Fraction(kind.size, kind.block), name
 
 
+@pytest.mark.slow
 def test_the_plans_command_scores_as_the_plan_at_every_kv_type(tmp_path):
     """solve score reads -ctk/-ctv against the KV type the plan's bytes are at: the export of a q8_0 plan
     scores as that plan, and the same command without -ctk/-ctv as an f16 cache."""

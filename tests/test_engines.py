@@ -113,6 +113,7 @@ def rigs(draw):
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("objective", ["time", "mass", "throughput"])
 @pytest.mark.parametrize("engine", ["llama.cpp", "vllm", "sglang"])
 @settings(max_examples=200, deadline=None)

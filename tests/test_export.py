@@ -168,6 +168,7 @@ def offload_sets(draw, n_blocks: int):
     return [Offload(*u) for u in draw(st.sets(units, min_size=1, max_size=4 * n_blocks))]
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(data=st.data())
 def test_override_selects_exactly_the_offloaded_tensors(data):

@@ -85,6 +85,7 @@ def brute_force(p: Problem) -> tuple[float, list[int]] | None:
     twins=st.booleans(),
     data=st.data(),
 )
+@pytest.mark.slow
 def test_dp_exhaustive_and_cpsat_agree_with_hosts_and_idle(
     seed, k, n_layers, order, objective, engine, n_hosts, network_ms, idle, tight, twins, data
 ):
@@ -211,6 +212,7 @@ def test_the_two_host_rig_exports_replay_on_the_planned_gpus(tmp_path):
     assert got == list(zip(zip([0, *cuts], [*cuts, n]), gpus, strict=True))
 
 
+@pytest.mark.slow
 def test_a_free_order_with_idle_gpus_beyond_the_dp_is_planned_by_cpsat(tmp_path):
     """12 distinct GPUs on 2 hosts, idle allowed, the network hop dearer than the hand-off: beyond the
     host/idle DP, CP-SAT prices each host entry (it was refused as an input error before)."""
@@ -232,6 +234,7 @@ def test_a_free_order_with_idle_gpus_beyond_the_dp_is_planned_by_cpsat(tmp_path)
     objective=st.sampled_from(["time", "mass", "throughput"]),
     data=st.data(),
 )
+@pytest.mark.slow
 def test_cpsat_keeps_host_runs_in_a_free_order(seed, k, objective, data):
     """Every GPU used over two or three hosts in a free order: CP-SAT's run constraints against the DP."""
     p = random_problem(seed, n_layers=8, n_gpus=k, order="auto", objective=objective, tight=2.0)

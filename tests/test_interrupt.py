@@ -124,6 +124,7 @@ def check_interrupted(rc: int, out: str, err: str, folder: Path) -> None:
     assert not [p.name for p in folder.iterdir() if p.name.endswith(".tmp")]
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_a_cp_sat_search_stops_it(tmp_path):
     rig = slow_rig(tmp_path)
     args = [str(rig), "--json", "--workers", "2", "--out", "plan.json"]
