@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import pytest
-
 import json
 
+import pytest
 from click.testing import CliRunner
 
 from solver.bench import Settings, measure, repeat_timed, sweep_problem

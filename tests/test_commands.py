@@ -3,12 +3,11 @@ the context and the KV cache type the plan assumed, and the KV type changes what
 
 from __future__ import annotations
 
-import pytest
-
 import json
 from fractions import Fraction
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 from engine_mapping import llama_slot_devices, llama_tensor_split, main_argv, parse_lines
 from ggufbuild import qwen3_235b_like, write_sparse_gguf

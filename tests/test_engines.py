@@ -133,3 +133,38 @@ def test_solvers_agree_under_every_engine(engine, objective, rig):
         ids = plan_arcs(arcs, ex.gpus, ex.cuts)
         assert plan.window_ms == pytest.approx(arcs.window_ms(int(arcs.time[ids].sum())), abs=1e-6)
         assert plan.bottleneck_ms == pytest.approx(int(arcs.stage[ids].max()) / arcs.time_scale, abs=1e-6)
+
+
+def test_sizes_without_a_large_common_divisor_fill_in_a_coarser_grain():
+    """Tensor sizes that share no large divisor are counted in a grain the largest room holds at most
+    MAX_STATES of, rounded up: every fill still fits its room, and the table and the stage's own fill
+    agree."""
+    from solver.engines.fill import MAX_STATES, grain_of
+
+    sizes = np.array([100_000_001, 150_000_007, 99_999_989])
+    assert grain_of(sizes, 8 * 2**30) == -(-(8 * 2**30) // MAX_STATES)
+    assert grain_of(sizes * 0 + 2**21 * 9, 24 * 2**30) == 2**21 * 9  # a GGUF's sizes: exact
+    p = random_engine_problem(3, "llama.cpp", n_layers=6, n_gpus=2)
+    scale = 10**7  # bytes in the tens of millions: the sizes' divisor is small
+    odd = p.unit_bytes * scale + np.arange(len(p.unit_bytes)) % 7
+    speed = dataclasses.replace(p.speed, bandwidth=p.speed.bandwidth * scale)  # the same ms per unit
+    p = dataclasses.replace(
+        p,
+        speed=speed,
+        dense_bytes=p.dense_bytes * scale,
+        unit_bytes=odd,
+        free=p.free * scale,
+        reserve=p.reserve * scale,
+        layer_bytes=p.layer_bytes * scale,
+        stage_bytes=p.stage_bytes * scale,
+        first_stage_bytes=p.first_stage_bytes * scale,
+        last_stage_bytes=p.last_stage_bytes * scale,
+    )
+    table = build_table(p)
+    for g, a, b in zip(*np.nonzero(table.room >= 0)):
+        f = stage_fill(p, int(g), int(a), int(b))
+        assert f.cache_bytes <= f.room
+        w = table.weigh(np.array([g]), np.array([a]), np.array([b]), 10**12, mass=False)
+        assert w.host[0] == f.host_bytes and (w.gpu[0] + w.missed[0]) / 1e12 == pytest.approx(
+            f.gpu_ms + f.miss_ms
+        )

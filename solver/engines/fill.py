@@ -21,8 +21,11 @@ exact algorithms:
   held", G the greatest common divisor of all unit sizes; row a after layer b - 1 is the best fill of
   [a, b) for every room. GGUF tensor sizes share large powers of two, so the states
   are few (hundreds to a few thousand).
-- ``best_set``: one range, by Pareto frontiers of (bytes, key) over suffixes of its layers, then the
+- ``best_set``: one range, by the same DP over its layers from the last one back, then the
   lexicographic rule front to back; it returns the held units themselves.
+
+Both count bytes in one grain (``grain_of``): the sizes' greatest common divisor, or a coarser one,
+with sizes rounded up to it, where the divisor would make too many states.
 """
 
 from __future__ import annotations
@@ -32,8 +35,9 @@ from itertools import combinations
 
 import numpy as np
 
-#: Dense DP cells (starts x states) above which the table falls back to per-range frontiers.
-DENSE_CELLS = 2_000_000
+#: Most byte states the fill's DP counts in: a 141 GiB card in the 18 MiB grain of a Q4_K_M GGUF's
+#: tensor sizes still counts exactly; sizes that share no such divisor are rounded up to a coarser grain.
+MAX_STATES = 8192
 
 
 @dataclass(frozen=True)
@@ -94,49 +98,66 @@ def _cpu_order(units: Units, p: Pattern, layer: int) -> tuple[int, ...]:
     return (*sorted(int(units.slot[u]) for u in units.of_layer(layer) if u not in held), 1 << 30)
 
 
-def _frontier(entries: list[tuple[int, int]]) -> dict[int, int]:
-    """The Pareto frontier of (bytes, key): keys strictly rising with bytes, as {bytes: key}."""
-    best: dict[int, int] = {}
-    top = None
-    for size, key in sorted(entries, key=lambda e: (e[0], -e[1])):
-        if top is None or key > top:
-            best[size] = key
-            top = key
-    return best
+def grain_of(sizes: np.ndarray, most_room: int) -> int:
+    """The byte grain the fill counts in: the sizes' greatest common divisor, or, where the largest room
+    would hold more than MAX_STATES of it, the finest grain that it holds MAX_STATES of (sizes are then
+    rounded up to it, so a fill still fits its room; only models whose tensor sizes share no large
+    divisor are affected)."""
+    exact = int(np.gcd.reduce(sizes)) if len(sizes) else 1
+    budget = MAX_STATES
+    if max(most_room, 0) // exact < budget:
+        return exact
+    return -(-max(most_room, 0) // budget)
 
 
 def best_set(units: Units, a: int, b: int, room: int) -> tuple[np.ndarray, int]:
     """The fill of layers [a, b) within ``room`` bytes: (held unit indices, packed key).
 
-    Exact: suffix frontiers hold every optimal completion (a dominated suffix would make a better
-    whole), and the lexicographic rule is applied front to back among completions that stay optimal.
+    A DP over the range's layers from the last one back gives, for every budget of ``s`` grains, the
+    best key of a fill of the layers from each one on (the least bytes among the best). The optimum is
+    that of the first layer at the room; then, front to back, each layer takes the pattern whose CPU
+    units sort last among those whose rest is still the best of its budget (a completion of an
+    optimum is itself optimal for what it has left, and uses no fewer bytes than it must).
     """
     layers = [la for la in range(a, b) if len(units.of_layer(la))]
-    pats = {la: patterns(units, la) for la in layers}
-    suffix: list[dict[int, int]] = [{0: 0}]
-    for la in reversed(layers):
-        nxt = suffix[-1]
-        suffix.append(_frontier([(s + p.size, k + p.key) for s, k in nxt.items() for p in pats[la]]))
-    suffix.reverse()  # suffix[i]: frontier of layers[i:]
-    fits = [(s, k) for s, k in suffix[0].items() if s <= room]
-    if not fits:
+    if room < 0 or not layers:
         return np.zeros(0, dtype=np.int64), 0
-    size, key = max(fits, key=lambda e: (e[1], -e[0]))
-    best = key
+    grain = int(np.gcd.reduce(units.size))
+    states = min(room, int(units.size[units.of_layer(layers[0])[0] :].sum())) // grain + 1
+    pats = {la: patterns(units, la) for la in layers}
+    low = np.iinfo(np.int64).min // 4
+    key = np.zeros((len(layers) + 1, states), dtype=np.int64)
+    size = np.zeros((len(layers) + 1, states), dtype=np.int64)
+    for i in range(len(layers) - 1, -1, -1):
+        key[i], size[i] = key[i + 1], size[i + 1]
+        for p in pats[layers[i]]:
+            shift = p.size // grain
+            if not p.held or shift >= states:
+                continue
+            cand_key = np.full(states, low, dtype=np.int64)
+            cand_key[shift:] = key[i + 1, : states - shift] + p.key
+            cand_size = np.zeros(states, dtype=np.int64)
+            cand_size[shift:] = size[i + 1, : states - shift] + p.size
+            better = (cand_key > key[i]) | ((cand_key == key[i]) & (cand_size < size[i]))
+            key[i] = np.where(better, cand_key, key[i])
+            size[i] = np.where(better, cand_size, size[i])
+    want_key, want_size = int(key[0, states - 1]), int(size[0, states - 1])
+    best = want_key
     held: list[int] = []
     for i, la in enumerate(layers):
-        rest = suffix[i + 1]
-        options = [p for p in pats[la] if rest.get(size - p.size) == key - p.key]
+        options = []
+        for p in pats[la]:
+            left = want_size - p.size
+            if left < 0 or left // grain >= states:
+                continue
+            at = left // grain
+            if int(key[i + 1, at]) == want_key - p.key and int(size[i + 1, at]) == left:
+                options.append(p)
         choice = max(options, key=lambda p: _cpu_order(units, p, la))
         held += choice.held
-        size -= choice.size
-        key -= choice.key
+        want_size -= choice.size
+        want_key -= choice.key
     return np.array(sorted(held), dtype=np.int64), best
-
-
-def _full_layers(units: Units, held: list[int]) -> int:
-    layers, counts = np.unique(units.layer[held], return_counts=True) if held else ([], [])
-    return sum(1 for la, n in zip(layers, counts) if n == len(units.of_layer(int(la))))
 
 
 def _distinct(pats: list[Pattern], carried: list[np.ndarray]) -> list[Pattern]:
@@ -159,18 +180,16 @@ class Fills:
     sums: list[np.ndarray]
 
 
-def dense_table(units: Units, carried: list[np.ndarray], rooms: np.ndarray) -> Fills | None:
+def dense_table(units: Units, carried: list[np.ndarray], rooms: np.ndarray) -> Fills:
     """The best fill of every (g, a, b) of ``rooms`` (G, L+1, L+1), by one DP over layers for every start.
 
-    ``carried`` are per-unit integers (shape (U,) each) summed over the chosen set alongside. Returns
-    None when the states would be too many (then ranges are filled one by one by ``best_set``).
+    ``carried`` are per-unit integers (shape (U,) each) summed over the chosen set alongside. The
+    states are as many as the largest room holds grains (``grain_of`` keeps them within MAX_STATES).
     """
     n = units.n_layers
     grain = int(np.gcd.reduce(units.size)) if len(units.size) else 1
     cap = min(int(rooms.max(initial=0)), int(units.size.sum()))
     states = max(cap, 0) // grain + 1
-    if states * (n + 1) > DENSE_CELLS:
-        return None
     low = np.iinfo(np.int64).min // 4
     out = Fills(
         np.zeros(rooms.shape, dtype=np.int64),

@@ -17,7 +17,7 @@ import numpy as np
 
 from solver.engines.bandwidth import BytesSpeed, dense_ms, per_byte_ms, speed_of
 from solver.engines.base import PlanCell, Required, Shape, StageCell, StageFill, Weights, ms
-from solver.engines.fill import Fills, Units, best_set, dense_table, pack, uniform_table
+from solver.engines.fill import Units, best_set, dense_table, grain_of, pack, uniform_table
 from solver.export import Command, context_flag, device_order, llama_flags, placeholder, stage_sizes
 from solver.export_hosts import llama_rpc_lines
 from solver.kvcache import KV_TYPES
@@ -47,7 +47,9 @@ DECISION_SCALE = 10**9
 class Costs:
     """Every per-unit and per-layer cost, in float ms and as integers of 1e-12 ms (FINE_TIME_SCALE).
 
-    Units in (layer, slot) order. cpu (U,): ms on the CPU; held (U, k): ms its active share adds to
+    Units in (layer, slot) order. size (U,): bytes; fill_size: the bytes the fill counts, rounded up
+    to its grain (fill.grain_of; the same but for tensor sizes that share no large divisor); cpu (U,):
+    ms on the CPU; held (U, k): ms its active share adds to
     its layer's GPU read on each GPU; dense (L, k): ms of each layer's other reads (or ``layer_ms``);
     switch (k,): ms of one layer with a unit on the CPU, on each GPU: to the CPU and back, and on a
     GPU of another host than the first (an rpc-server's), the network hop there and back too, since
@@ -58,6 +60,7 @@ class Costs:
     layer: np.ndarray
     slot: np.ndarray
     size: np.ndarray
+    fill_size: np.ndarray
     cpu: np.ndarray
     held: np.ndarray
     dense: np.ndarray
@@ -77,14 +80,17 @@ class Costs:
         has[np.unique(layer) + 1] = 1
         remote = (p.hosts != 0) if len(p.host_names) > 1 else np.zeros(p.n_gpus, dtype=bool)
         switch = 2.0 * speed_of(p).switch_ms + np.where(remote, 2.0 * p.network_ms, 0.0)
-        return cls(order, layer, slot, size, p.unit_ms[order], held, dense, switch, np.cumsum(has))
+        most_room = int((p.free - p.reserve).max(initial=0))
+        grain = grain_of(size, most_room)
+        fill_size = -(-size // grain) * grain
+        return cls(order, layer, slot, size, fill_size, p.unit_ms[order], held, dense, switch, np.cumsum(has))
 
     def units(self, g: int, scale: int) -> Units:
         """GPU g's units for the fill, valued in integers of ``scale`` per ms."""
         n = len(self.dense)
         value = np.rint(self.cpu * scale).astype(np.int64) - np.rint(self.held[:, g] * scale).astype(np.int64)
         key, sigma = pack(value, round(float(self.switch[g]) * scale), n)
-        return Units(self.layer, self.slot, self.size, key, sigma, n)
+        return Units(self.layer, self.slot, self.fill_size, key, sigma, n)
 
 
 def decision_scale(c: Costs) -> int:
@@ -140,17 +146,15 @@ class LlamaTable:
         for gs in _classes(c, scale):
             units = c.units(gs[0], scale)
             h12 = _units_ms(c.held[:, gs[0]])
-            carried = [h12, cpu12, mass]
+            carried = [h12, cpu12, mass, c.size]
             fills = uniform_table(units, carried, room[gs]) or dense_table(units, carried, room[gs])
-            if fills is None:
-                fills = _by_range(units, carried, room[gs])
             full = np.mod(fills.key, n + 1)
-            h_sum, c_sum, m_sum = fills.sums
+            h_sum, c_sum, m_sum, bytes_sum = fills.sums
             d = dense12[:, gs].T  # (G, L+1)
             gpu[gs] = d[:, None, :] - d[:, :, None] + h_sum
             sw12 = round(float(c.switch[gs[0]]) * FINE_TIME_SCALE)
             missed[gs] = (cpu_prefix[b] - cpu_prefix[a])[None] - c_sum + sw12 * (layers_moe[None] - full)
-            held_bytes[gs] = fills.size
+            held_bytes[gs] = bytes_sum
             held_mass[gs] = m_sum
         visible = size_prefix[b] - size_prefix[a]
         return cls(p, need, room, gpu, missed, held_bytes, held_mass, np.broadcast_to(visible, room.shape))
@@ -184,22 +188,6 @@ def _classes(c: Costs, scale: int) -> list[list[int]]:
         key = (np.rint(c.held[:, g] * scale).astype(np.int64).tobytes(), float(c.switch[g]))
         groups.setdefault(key, []).append(g)
     return list(groups.values())
-
-
-def _by_range(units: Units, carried: list[np.ndarray], rooms: np.ndarray) -> Fills:
-    """The fills one range at a time (models whose unit sizes share no large divisor)."""
-    out = Fills(
-        np.zeros(rooms.shape, dtype=np.int64),
-        np.zeros(rooms.shape, dtype=np.int64),
-        [np.zeros(rooms.shape, dtype=np.int64) for _ in carried],
-    )
-    for i, a, b in zip(*np.nonzero(rooms >= 0)):
-        held, key = best_set(units, int(a), int(b), int(rooms[i, a, b]))
-        out.key[i, a, b] = key
-        out.size[i, a, b] = int(units.size[held].sum())
-        for x, per_unit in zip(out.sums, carried):
-            x[i, a, b] = int(per_unit[held].sum())
-    return out
 
 
 def stage_fill(p: Problem, g: int, a: int, b: int) -> StageFill:
