@@ -31,6 +31,29 @@ class Stage:
     fits: bool = True
     switch_ms: float = 0.0
 
+    @classmethod
+    def of(cls, p: Problem, g: int, a: int, b: int, f: StageFill) -> Stage:
+        """GPU g running layers [a, b) with fill ``f``; its compute is the fill's GPU time, or the
+        layers times the GPU's ``layer_ms`` where the fill gives none."""
+        return cls(
+            gpu=g,
+            name=p.gpu_names[g],
+            start=a,
+            end=b,
+            room_bytes=f.room,
+            cache_bytes=f.cache_bytes,
+            held_pairs=f.held,
+            visible_pairs=f.visible,
+            held_mass=f.held_mass,
+            compute_ms=(b - a) * float(p.layer_ms[g]) if f.gpu_ms is None else f.gpu_ms,
+            miss_ms=f.miss_ms,
+            switch_ms=f.switch_ms,
+            host_bytes=f.host_bytes,
+            spare_tokens=f.spare_tokens,
+            offload=f.offload,
+            fits=f.fits,
+        )
+
     @property
     def stage_ms(self) -> float:
         """The stage's compute plus the misses of its own layers (what batched serving waits on)."""
@@ -102,26 +125,7 @@ def evaluate(
         a, b = bounds[s], bounds[s + 1]
         f = fill(p, int(g), a, b)
         fills.append(f)
-        stages.append(
-            Stage(
-                gpu=int(g),
-                name=p.gpu_names[g],
-                start=a,
-                end=b,
-                room_bytes=f.room,
-                cache_bytes=f.cache_bytes,
-                held_pairs=f.held,
-                visible_pairs=f.visible,
-                held_mass=f.held_mass,
-                compute_ms=(b - a) * float(p.layer_ms[g]) if f.gpu_ms is None else f.gpu_ms,
-                miss_ms=f.miss_ms,
-                switch_ms=f.switch_ms,
-                host_bytes=f.host_bytes,
-                spare_tokens=f.spare_tokens,
-                offload=f.offload,
-                fits=f.fits,
-            )
-        )
+        stages.append(Stage.of(p, int(g), a, b, f))
     compute = sum(s.compute_ms for s in stages) + handoffs_ms(p, [s.gpu for s in stages])
     window, held = engine_of(p).totals(p, fills, compute)
     return Placement(stages=stages, window_ms=window, held_mass=held)

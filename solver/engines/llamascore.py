@@ -254,7 +254,7 @@ def score(p: Problem, args: LlamaArgs) -> Scored:
     placed, cpu_names, rule_notes = placed_bytes(q, c, args, dev, layers)
     bounds = _stages(layers)
     fills = [_fill(q, c, placed, cpu_names, g, a, b, output) for g, a, b in bounds]
-    stages = [_stage(q, g, a, b, f) for (g, a, b), f in zip(bounds, fills)]
+    stages = [Stage.of(q, g, a, b, f) for (g, a, b), f in zip(bounds, fills)]
     cards = [_card(q, c, placed, g, a, b, output, f) for (g, a, b), f in zip(bounds, fills)]
     runs = [g for g, _, _ in bounds]
     extra_ms = 0.0
@@ -365,26 +365,6 @@ def _fill(
         fits=room >= own + guest_bytes,
         gpu_ms=gpu_ms,
         switch_ms=switch,
-    )
-
-
-def _stage(p: Problem, g: int, a: int, b: int, f: StageFill) -> Stage:
-    return Stage(
-        gpu=g,
-        name=p.gpu_names[g],
-        start=a,
-        end=b,
-        room_bytes=f.room,
-        cache_bytes=f.cache_bytes,
-        held_pairs=f.held,
-        visible_pairs=f.visible,
-        held_mass=f.held_mass,
-        compute_ms=float(f.gpu_ms or 0.0),
-        miss_ms=f.miss_ms,
-        switch_ms=f.switch_ms,
-        host_bytes=f.host_bytes,
-        offload=f.offload,
-        fits=f.fits,
     )
 
 
