@@ -20,10 +20,9 @@ from solver import interrupt
 from solver.atomicfile import atomic_open, output_kind, refuse_inputs
 from solver.config import shown_path
 from solver.console import console as make_console
-from solver.engines import ENGINES, engine_named, export_lines
+from solver.engines import ENGINES, engine_named, plan_lines
 from solver.errors import InputError
-from solver.export import Launch, Offload, check_export_engine
-from solver.export_hosts import Hosts
+from solver.export import check_export_engine
 from solver.kvcache import KV_TYPES
 from solver.model_cli import model_group, rig_group
 from solver.options import SECONDS
@@ -410,24 +409,8 @@ def _sweep(
 def _export_lines(engine: str, result: Result, shell: str, fit_off: bool) -> list[str]:
     """The lines that make ``engine`` run the plan, for ``shell``; a plan the engine cannot express (or
     a word the shell cannot be given) exits 2."""
-    plan, p = result.plan, result.problem
-    offload = [Offload(layer, name) for s in plan.stages for layer, names in s.offload for name in names]
-    hosts = None
-    if len(p.host_names) > 1:  # the machine listed first in the rig runs the main command
-        hosts = Hosts(tuple(p.host_names[h] for h in p.hosts), local=p.host_names[0])
-    launch = Launch.of(p, fit_off)
     try:
-        return export_lines(
-            engine,
-            plan.gpus,
-            plan.cuts,
-            p.n_layers,
-            offload,
-            extra_blocks=p.nextn_layers,
-            hosts=hosts,
-            launch=launch,
-            shell=shell,
-        )
+        return plan_lines(result.problem, result.plan, shell, fit_off)
     except ValueError as exc:
         click.echo(f"--export {engine}: {exc}", err=True)
         sys.exit(EXIT_INPUT)

@@ -21,10 +21,8 @@ from pathlib import Path
 import click
 
 from solver import interrupt
-from solver.engines import ENGINES, engine_of, export_lines
+from solver.engines import ENGINES, engine_of, plan_lines
 from solver.errors import ArgsError, InputError
-from solver.export import Launch, Offload
-from solver.export_hosts import Hosts
 from solver.options import SECONDS
 from solver.planner import Result
 
@@ -56,23 +54,8 @@ def plan_export(r: Result) -> list[str] | None:
     plan, p = r.plan, r.problem
     if plan is None:
         return None
-    offload = [Offload(layer, name) for s in plan.stages for layer, names in s.offload for name in names]
-    hosts = (
-        Hosts(tuple(p.host_names[h] for h in p.hosts), local=p.host_names[0])
-        if len(p.host_names) > 1
-        else None
-    )
     try:
-        return export_lines(
-            p.engine,
-            plan.gpus,
-            plan.cuts,
-            p.n_layers,
-            offload,
-            extra_blocks=p.nextn_layers,
-            hosts=hosts,
-            launch=Launch.of(p),
-        )
+        return plan_lines(p, plan)
     except ValueError:
         return None
 

@@ -14,12 +14,12 @@ from solver.engines.base import Engine, Shape, StageFill, Table, Weights
 from solver.engines.llamacpp import LlamaCpp
 from solver.engines.resident import Sglang, Vllm
 from solver.engines.strata import Strata
-from solver.export import Launch
+from solver.export import Launch, Offload
+from solver.export_hosts import Hosts
 from solver.shells import DEFAULT_SHELL, render
 
 if TYPE_CHECKING:
-    from solver.export import Offload
-    from solver.export_hosts import Hosts
+    from solver.plan import Placement
     from solver.problem import Problem
 
 REGISTRY: dict[str, Engine] = {}
@@ -97,6 +97,27 @@ def export_lines(
     return render(lines, shell)
 
 
+def plan_lines(p: Problem, plan: Placement, shell: str = DEFAULT_SHELL, fit_off: bool = False) -> list[str]:
+    """``export_lines`` for a plan of ``p`` under its own engine: the tensors its stages leave on the
+    CPU, the blocks after its layers, its hosts (the machine listed first runs the main command) and
+    what its files say the command loads. ValueError as ``export_lines``."""
+    offload = [Offload(layer, name) for s in plan.stages for layer, names in s.offload for name in names]
+    hosts = None
+    if len(p.host_names) > 1:
+        hosts = Hosts(tuple(p.host_names[h] for h in p.hosts), local=p.host_names[0])
+    return export_lines(
+        p.engine,
+        plan.gpus,
+        plan.cuts,
+        p.n_layers,
+        offload,
+        extra_blocks=p.nextn_layers,
+        hosts=hosts,
+        launch=Launch.of(p, fit_off),
+        shell=shell,
+    )
+
+
 __all__ = [
     "DEFAULT_ENGINE",
     "ENGINES",
@@ -110,6 +131,7 @@ __all__ = [
     "engine_named",
     "engine_of",
     "export_lines",
+    "plan_lines",
     "register",
     "stage_fill",
 ]
