@@ -26,7 +26,7 @@ from solver.atomicfile import output_kind, refuse_inputs
 from solver.config import ModelConfig, load_model, load_rig, relative_to, shown_path
 from solver.console import console as make_console
 from solver.console import print_lines
-from solver.engines import Engine, engine_named, engine_of
+from solver.engines import REGISTRY, Engine, engine_named, engine_of
 from solver.engines.bandwidth import speed_of, with_constants
 from solver.errors import ArgsError, InputError
 from solver.llamabench import Expect, read_bench, weight_bytes
@@ -188,7 +188,7 @@ class Setup:
 
 def load(rig_path: Path, model_path: Path | None) -> Setup:
     """Read the rig and its model for calibration."""
-    rig, doc = load_rig(rig_path)
+    rig, doc = load_rig(rig_path, REGISTRY)
     _engine(rig.engine, doc.file)
     if model_path is None and rig.model is None:
         raise doc.error(("model",), "missing (required, or give --model)")

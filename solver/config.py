@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Collection
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar, get_args, get_origin
 
@@ -16,9 +17,9 @@ from pydantic import (
     Field,
     Tag,
     ValidationError,
+    ValidationInfo,
 )
 
-from solver.engines import DEFAULT_ENGINE, REGISTRY
 from solver.errors import InputError, brief
 from solver.kvcache import KV_TYPES
 from solver.units import parse_rate, parse_size
@@ -41,9 +42,16 @@ def _yaml12_float(value: object) -> object:
     return float(value) if isinstance(value, str) and _EXPONENT_FORM.fullmatch(value) else value
 
 
-def _known_engine(name: str) -> str:
-    if name not in REGISTRY:
-        raise ValueError(f"unknown engine {brief(name)}; choose one of {', '.join(REGISTRY)}")
+#: The engine a rig plans for when it names none.
+DEFAULT_ENGINE = "strata"
+
+
+def _known_engine(name: str, info: ValidationInfo) -> str:
+    """The rig's ``engine``, one of the names the caller gives (``engines`` in the validation context:
+    the registry, solver.engines, which sits above this module); any name when none are given."""
+    engines = (info.context or {}).get("engines")
+    if engines is not None and name not in engines:
+        raise ValueError(f"unknown engine {brief(name)}; choose one of {', '.join(engines)}")
     return name
 
 
@@ -257,13 +265,14 @@ def _unknown_key(schema: type[BaseModel], loc: tuple) -> str:
     return f"unknown key {brief(key)} ({hint})"
 
 
-def validate(doc: YamlDoc, schema: type[M]) -> M:
-    """Validate a YAML document against ``schema``; the first error becomes an InputError.
+def validate(doc: YamlDoc, schema: type[M], context: dict | None = None) -> M:
+    """Validate a YAML document against ``schema`` (``context``: what its validators are given); the
+    first error becomes an InputError.
 
     Unknown keys come first: a typo in a required key (``fre:``) is the unknown key, not a missing one.
     """
     try:
-        return schema.model_validate(doc.data)
+        return schema.model_validate(doc.data, context=context)
     except ValidationError as exc:
         errors = exc.errors()
         err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
@@ -289,15 +298,20 @@ def relative_to(doc_file: Path, ref: str) -> Path:
     return p if p.is_absolute() else doc_file.parent / p
 
 
-def load_rig(path: Path) -> tuple[RigConfig, YamlDoc]:
-    """Read and validate a rig file, with the cross-field rules pydantic cannot say."""
+def load_rig(path: Path, engines: Collection[str] | None = None) -> tuple[RigConfig, YamlDoc]:
+    """Read and validate a rig file, with the cross-field rules pydantic cannot say; ``engines`` as
+    ``check_rig``."""
     doc = load_yaml(path, shown_path(path))
-    return check_rig(doc), doc
+    return check_rig(doc, engines), doc
 
 
-def check_rig(doc: YamlDoc) -> RigConfig:
-    """A parsed rig document validated, with the cross-field rules pydantic cannot say."""
-    rig = validate(doc, RigConfig)
+def check_rig(doc: YamlDoc, engines: Collection[str] | None = None) -> RigConfig:
+    """A parsed rig document validated, with the cross-field rules pydantic cannot say.
+
+    ``engines``: the names its ``engine`` key may take (solver.engines.REGISTRY); None takes any name,
+    for a rig whose engine its caller has already checked or does not use.
+    """
+    rig = validate(doc, RigConfig, None if engines is None else {"engines": list(engines)})
     for i, gpu in enumerate(rig.gpus):
         has_est = gpu.sms is not None or gpu.clock_ghz is not None
         if gpu.layer_ms is not None and has_est:

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from solver.config import (
+    DEFAULT_ENGINE,
     CountsCurve,
     ModelConfig,
     RigConfig,
@@ -21,7 +22,7 @@ from solver.config import (
     shown_path,
 )
 from solver.curves import pair_mass
-from solver.engines import DEFAULT_ENGINE, Engine, engine_named
+from solver.engines import REGISTRY, Engine, engine_named
 from solver.engines.bandwidth import Speed
 from solver.errors import InputError
 from solver.kvcache import DEFAULT_KV_TYPE, scale_per_kind
@@ -415,7 +416,7 @@ def _referenced(override: Path | None, named: str | None, holder: Path, doc: Yam
 def load_problem(rig_path: Path, overrides: Overrides | None = None) -> Problem:
     """Read a rig, its model and profile (or the overrides) into a Problem."""
     ov = overrides or Overrides()
-    rig, rig_doc = load_rig(rig_path)
+    rig, rig_doc = load_rig(rig_path, REGISTRY)
     model_path = _referenced(ov.model, rig.model, rig_path, rig_doc, "model")
     model, model_doc = load_model(model_path)
     update = {k: v for k, v in (("objective", ov.objective), ("order", ov.order), ("engine", ov.engine)) if v}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from solver.config import DEFAULT_ENGINE
 from solver.engines.base import Engine, Shape, StageFill, Table, Weights
 from solver.engines.llamacpp import LlamaCpp
 from solver.engines.resident import Sglang, Vllm
@@ -36,8 +37,6 @@ register(LlamaCpp())
 register(Vllm())
 register(Sglang())
 
-#: The engine a rig plans for when it names none.
-DEFAULT_ENGINE = Strata.name
 #: The engine names the command line offers.
 ENGINES = tuple(REGISTRY)
 
