@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from solver.engines import engine_of
 from solver.problem import Problem
 from solver.scales import COARSE_TIME_SCALE, COEFF_BUDGET, FINE_TIME_SCALE
 
@@ -133,7 +134,7 @@ def _time_scale(p: Problem, n_arcs: int) -> int:
 
     problem.resolve refuses rigs where even 10^6 would not fit, so files never reach the error.
     """
-    worst_ms = p.worst_window_ms
+    worst_ms = engine_of(p).worst_window_ms(p)
     scale = FINE_TIME_SCALE
     while scale > COARSE_TIME_SCALE and worst_ms * scale * max(n_arcs, 1) >= COEFF_BUDGET:
         scale //= 10

@@ -727,7 +727,7 @@ def bench(
 
     from solver.cli import EXIT_INPUT, default_workers
     from solver.errors import InputError
-    from solver.problem import Overrides, load_problem
+    from solver.resolve import Overrides, load_problem
 
     def load(path: Path) -> Any:
         problem = load_problem(path, Overrides(engine=engine))

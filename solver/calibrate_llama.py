@@ -32,7 +32,8 @@ from solver.errors import ArgsError, InputError
 from solver.llamabench import Expect, read_bench, weight_bytes
 from solver.llamalog import read_log
 from solver.measured import Run
-from solver.problem import Overrides, Problem, load_problem
+from solver.problem import Problem
+from solver.resolve import Overrides, load_problem
 from solver.rigedit import Edit, write_rig
 from solver.speedfit import CONSTANTS, Design, Fitted, fit, from_x, leave_one_out, sigma_of, to_x
 from solver.units import format_rate, format_size

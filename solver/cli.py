@@ -27,8 +27,8 @@ from solver.kvcache import KV_TYPES
 from solver.model_cli import model_group, rig_group
 from solver.options import SECONDS
 from solver.plausible import doubts
-from solver.problem import Overrides, load_problem
 from solver.profile_cli import profile_group
+from solver.resolve import Overrides, load_problem
 from solver.shells import DEFAULT_SHELL, SHELLS
 from solver.solvers import Limits
 

@@ -98,7 +98,7 @@ def score(
     from solver.cli import default_workers
     from solver.console import console as make_console
     from solver.planner import plan_rig
-    from solver.problem import Overrides, load_problem
+    from solver.resolve import Overrides, load_problem
     from solver.score_report import print_score, to_score_json
     from solver.solvers import Limits
 

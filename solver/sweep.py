@@ -21,7 +21,7 @@ from solver.console import fit_names, print_lines
 from solver.engines import engine_of
 from solver.kvcache import KV_TYPES
 from solver.planner import Result, plan_rig
-from solver.problem import Overrides, load_problem
+from solver.resolve import Overrides, load_problem
 from solver.solvers import Limits
 
 #: A context as users write it: tokens, or K (1,024 tokens, as llama.cpp's 128K is 131,072) or M.

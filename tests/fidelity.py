@@ -30,7 +30,8 @@ from solver.engines.bandwidth import with_constants
 from solver.importers.hostmem import HostRate
 from solver.importers.rigfile import place, rig_yaml
 from solver.measured import Run
-from solver.problem import Overrides, Problem, load_problem
+from solver.problem import Problem
+from solver.resolve import Overrides, load_problem
 from solver.speedfit import fit
 from solver.units import parse_rate
 

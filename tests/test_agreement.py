@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from solver.arcs import build_arcs, gpu_classes
 from solver.engines import build_table
 from solver.planner import dp_hint, solve_plan
-from solver.problem import load_problem
+from solver.resolve import load_problem
 from solver.scales import SPARE_UNLIMITED
 from solver.solvers import Limits, TooLarge, plan_arcs, plan_score
 from solver.solvers.cpsat import solve_cpsat
@@ -122,7 +122,7 @@ def test_cpsat_matches_dp_on_larger_rigs(seed):
 @pytest.mark.parametrize("rig", sorted((ROOT / "rigs").glob("*.yaml")), ids=lambda p: p.stem)
 @pytest.mark.parametrize("objective", ["time", "mass", "throughput"])
 def test_shipped_rigs_agree(rig, objective):
-    from solver.problem import Overrides
+    from solver.resolve import Overrides
 
     p = load_problem(rig, Overrides(objective=objective))
     arcs = build_arcs(p, build_table(p))

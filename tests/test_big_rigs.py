@@ -14,8 +14,8 @@ from solver.arcs import build_arcs
 from solver.config import load_model
 from solver.engines import build_table
 from solver.plan import evaluate
-from solver.problem import Overrides, load_problem
 from solver.profile import read_profile
+from solver.resolve import Overrides, load_problem
 from solver.solvers.dp import solve_dp
 from solver.synth import SynthParams, synth_profile
 

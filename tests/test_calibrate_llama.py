@@ -20,7 +20,7 @@ from solver.config import load_rig
 from solver.engines import engine_named
 from solver.engines.bandwidth import with_constants
 from solver.llamabench import Expect, read_bench, weight_bytes
-from solver.problem import load_problem
+from solver.resolve import load_problem
 from solver.speedfit import CONSTANTS, to_x
 
 MEASURED = Path(__file__).resolve().parent / "fixtures" / "measured"

@@ -17,7 +17,7 @@ from solver.cli import cli
 from solver.config import load_model
 from solver.importers.hf import checkpoint_of
 from solver.kvcache import scale_kv
-from solver.problem import Overrides, load_problem
+from solver.resolve import Overrides, load_problem
 
 ROOT = Path(__file__).resolve().parent.parent
 HF = ROOT / "tests" / "fixtures" / "hf"

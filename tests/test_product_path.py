@@ -16,7 +16,7 @@ from test_agreement import problems
 from solver.arcs import build_arcs
 from solver.engines import build_table
 from solver.planner import plan_rig, solve_plan
-from solver.problem import load_problem
+from solver.resolve import load_problem
 from solver.solvers import Limits
 from solver.solvers.exhaustive import solve_exhaustive
 

@@ -36,7 +36,8 @@ from solver.export import Offload
 from solver.export_hosts import Hosts
 from solver.plan import evaluate
 from solver.planner import plan_rig
-from solver.problem import Overrides, Problem, load_problem
+from solver.problem import Problem
+from solver.resolve import Overrides, load_problem
 from solver.solvers import Limits
 
 ROOT = Path(__file__).resolve().parent.parent

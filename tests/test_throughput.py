@@ -13,9 +13,9 @@ from test_time_limit import big_problem
 
 from solver.cli import cli
 from solver.planner import plan_rig
-from solver.problem import load_problem
 from solver.rangewalk import walk_range
 from solver.report import to_json
+from solver.resolve import load_problem
 from solver.solvers import Limits
 
 BOX = Path(__file__).resolve().parent.parent / "rigs" / "box.yaml"

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from solver.arcs import build_arcs
-from solver.engines import build_table
+from solver.engines import build_table, engine_of
 from solver.planner import plan_rig
 from solver.problem import Problem
 from solver.rangewalk import walk_table
@@ -181,7 +181,7 @@ def check_bound(p: Problem) -> None:
     """|integer - exact| <= 0.5 unit per layer (layer_ms), per held pair (miss time) and per GPU (the
     constant), plus float64's own rounding of the reference (a few ulps of the window)."""
     err, held, scale = scaling_errors(p)
-    bound = 0.5 * (p.n_layers + held + p.n_gpus) / scale + 1e-12 * p.worst_window_ms
+    bound = 0.5 * (p.n_layers + held + p.n_gpus) / scale + 1e-12 * engine_of(p).worst_window_ms(p)
     assert len(err) and (np.abs(err) <= bound).all(), float((np.abs(err) / bound).max())
 
 
@@ -196,7 +196,7 @@ def test_integer_windows_within_the_derived_bound_on_random_rigs(seed):
 def test_integer_windows_within_the_derived_bound_on_the_duo_rig():
     from pathlib import Path
 
-    from solver.problem import load_problem
+    from solver.resolve import load_problem
 
     p = load_problem(Path(__file__).resolve().parent.parent / "rigs" / "duo.yaml")
     check_bound(p)

@@ -14,18 +14,17 @@ come from public measurements: docs/reference.md, "Speed from bytes", gives each
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
 from solver.cards import DRIVER_MIB, Card, find_card
 from solver.engines.base import Engine, Required
+from solver.problem import Problem, Speed
 from solver.units import per_layer
 
 if TYPE_CHECKING:
     from solver.config import GpuConfig, ModelConfig, RigConfig
-    from solver.problem import Problem
     from solver.yamlfile import YamlDoc
 
 #: Share of a card's memory bandwidth a llama.cpp decode reaches (docs/reference.md, "Speed from bytes").
@@ -34,22 +33,6 @@ GPU_EFFICIENCY = 0.8
 LAYER_OVERHEAD_MS = 0.05
 #: One change of device along a token's path (CPU <-> GPU), ms.
 SWITCH_MS = 0.08
-
-
-@dataclass(frozen=True)
-class Speed:
-    """The rig's speed settings, resolved: per GPU (k,) and rig-wide.
-
-    bandwidth: bytes/s of each GPU (0 where its ``layer_ms`` is given instead); given: the GPU's own
-    ``layer_ms`` counts per layer.
-    """
-
-    bandwidth: np.ndarray
-    given: np.ndarray
-    efficiency: float
-    overhead_ms: float
-    switch_ms: float
-    depth: int
 
 
 def gpu_bandwidth(gpu: GpuConfig) -> int | None:

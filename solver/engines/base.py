@@ -200,6 +200,11 @@ class Engine:
         """The most a window can spend on misses: nothing held at all."""
         return 0.0
 
+    def worst_window_ms(self, p: Problem) -> float:
+        """More than any arc's time weight or any window can be, in ms: what the integer scale must fit."""
+        hop = max(p.handoff_ms, p.network_ms)
+        return self.slowest_gpu_ms(p) + self.miss_total_ms(p) + hop * p.n_gpus + 1.0
+
     def totals(self, p: Problem, fills: list[StageFill], compute_ms: float) -> tuple[float, float]:
         """A placement's (window ms, held mass) from its stages' fills and its compute and hand-offs."""
         return compute_ms + sum(f.miss_ms for f in fills), float(np.sum([f.held_mass for f in fills]))
