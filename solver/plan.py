@@ -1,13 +1,37 @@
-"""A placement evaluated from the definition: each stage's fill by its engine, the window and held mass."""
+"""A placement: its stages (each built from the fill its engine gives it), the window and held mass,
+and the rules every placement must keep. Engines evaluate placements (solver.engines.base)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import pairwise
 
-from solver.engines import StageFill, engine_of, stage_fill
 from solver.problem import Problem
+
+
+@dataclass(frozen=True)
+class StageFill:
+    """What one stage holds, straight from the definition, in exact ints and float ms.
+
+    held/visible count the cached items (strata: profile pairs; llama.cpp: expert tensors;
+    resident: experts). ``offload`` lists the (layer, tensor names) llama.cpp leaves on the CPU.
+    ``fits``: the stage's range and what it must hold fit the GPU (room >= 0, and for the resident
+    engines every expert too). ``gpu_ms``: the stage's GPU time (None: its layers times the GPU's
+    layer_ms); ``miss_ms`` is the rest of its time, of which ``switch_ms`` device switches.
+    """
+
+    room: int
+    cache_bytes: int
+    held: int
+    visible: int
+    held_mass: float
+    miss_ms: float
+    host_bytes: int
+    spare_tokens: int | None = None
+    offload: list[tuple[int, tuple[str, ...]]] = field(default_factory=list)
+    fits: bool = True
+    gpu_ms: float | None = None
+    switch_ms: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -109,26 +133,6 @@ def bounds_ok(p: Problem, cuts: list[int] | tuple[int, ...]) -> bool:
     """Cuts strictly increasing inside (0, L) with one per stage boundary."""
     b = [0, *cuts, p.n_layers]
     return len(b) == p.n_gpus + 1 and all(x < y for x, y in pairwise(b))
-
-
-def evaluate(
-    p: Problem,
-    gpus: list[int] | tuple[int, ...],
-    cuts: list[int] | tuple[int, ...],
-    fill: Callable[[Problem, int, int, int], StageFill] = stage_fill,
-) -> Placement:
-    """Fill each stage (by the engine's rule unless ``fill`` says otherwise) and add up ``window_ms``
-    and ``held_mass`` in floating point."""
-    bounds = [0, *cuts, p.n_layers]
-    stages, fills = [], []
-    for s, g in enumerate(gpus):
-        a, b = bounds[s], bounds[s + 1]
-        f = fill(p, int(g), a, b)
-        fills.append(f)
-        stages.append(Stage.of(p, int(g), a, b, f))
-    compute = sum(s.compute_ms for s in stages) + handoffs_ms(p, [s.gpu for s in stages])
-    window, held = engine_of(p).totals(p, fills, compute)
-    return Placement(stages=stages, window_ms=window, held_mass=held)
 
 
 def handoffs_ms(p: Problem, gpus: list[int]) -> float:

@@ -17,9 +17,9 @@ import numpy as np
 
 from solver.arcs import Arcs, build_arcs
 from solver.baselines import Baseline
-from solver.engines import build_table, engine_of
+from solver.engines import build_table, engine_of, evaluate
 from solver.infeasible import explain
-from solver.plan import Placement, bounds_ok, evaluate, feasible
+from solver.plan import Placement, bounds_ok, feasible
 from solver.problem import Problem
 from solver.solvers import Limits, Solution, TooLarge
 from solver.solvers.cpsat import forced_time, solve_cpsat

@@ -12,8 +12,7 @@ import pytest
 
 from solver.arcs import build_arcs
 from solver.config import load_model
-from solver.engines import build_table
-from solver.plan import evaluate
+from solver.engines import build_table, evaluate
 from solver.profile import read_profile
 from solver.resolve import Overrides, load_problem
 from solver.solvers.dp import solve_dp

@@ -13,9 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from solver.arcs import build_arcs
-from solver.engines import build_table, stage_fill
+from solver.engines import build_table, evaluate, stage_fill
 from solver.engines.bandwidth import dense_ms, per_byte_ms
-from solver.plan import evaluate
 from solver.scales import SPARE_UNLIMITED
 from solver.solvers import plan_arcs
 from solver.solvers.cpsat import solve_cpsat

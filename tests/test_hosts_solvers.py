@@ -34,8 +34,8 @@ from hypothesis import strategies as st
 
 from solver import planner
 from solver.arcs import build_arcs
-from solver.engines import build_table
-from solver.plan import evaluate, feasible
+from solver.engines import build_table, evaluate
+from solver.plan import feasible
 from solver.planner import plan_rig
 from solver.problem import Problem
 from solver.solvers import Limits, Solution

@@ -29,12 +29,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from solver.cli import cli
-from solver.engines import engine_of, export_lines
+from solver.engines import engine_of, evaluate, export_lines
 from solver.engines.llamaargs import FFN_EXPS_REGEX, LlamaArgs, moe_rules, parse_llama_args
 from solver.errors import ArgsError
 from solver.export import Offload
 from solver.export_hosts import Hosts
-from solver.plan import evaluate
 from solver.planner import plan_rig
 from solver.problem import Problem
 from solver.resolve import Overrides, load_problem

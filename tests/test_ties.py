@@ -62,7 +62,7 @@ def every_answer(p: Problem) -> set[tuple[tuple[int, ...], tuple[int, ...]]]:
 
 
 def windows(p: Problem, plans: list[tuple[tuple[int, ...], tuple[int, ...]]]) -> list[float]:
-    from solver.plan import evaluate
+    from solver.engines import evaluate
 
     return [evaluate(p, list(g), list(c)).window_ms for g, c in plans]
 

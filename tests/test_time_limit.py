@@ -16,8 +16,8 @@ from rigfiles import tiny_rig
 from solver import planner
 from solver.arcs import build_arcs
 from solver.cli import cli
-from solver.engines import build_table
-from solver.plan import evaluate, feasible
+from solver.engines import build_table, evaluate
+from solver.plan import feasible
 from solver.planner import plan_rig
 from solver.problem import Problem
 from solver.report import to_json

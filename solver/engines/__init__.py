@@ -8,20 +8,18 @@ engine is one module with an ``Engine`` subclass and one ``register`` line below
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 from solver.config import DEFAULT_ENGINE
-from solver.engines.base import Engine, Shape, StageFill, Table, Weights
+from solver.engines.base import Engine, Shape, Table, Weights
 from solver.engines.llamacpp import LlamaCpp
 from solver.engines.resident import Sglang, Vllm
 from solver.engines.strata import Strata
 from solver.export import Launch, Offload
 from solver.export_hosts import Hosts
+from solver.plan import Placement, StageFill
+from solver.problem import Problem
 from solver.shells import DEFAULT_SHELL, render
-
-if TYPE_CHECKING:
-    from solver.plan import Placement
-    from solver.problem import Problem
 
 REGISTRY: dict[str, Engine] = {}
 
@@ -62,6 +60,16 @@ def build_table(p: Problem) -> Table:
 def stage_fill(p: Problem, g: int, a: int, b: int) -> StageFill:
     """One stage's fill under the problem's engine, from the definition."""
     return engine_of(p).stage_fill(p, g, a, b)
+
+
+def evaluate(
+    p: Problem,
+    gpus: list[int] | tuple[int, ...],
+    cuts: list[int] | tuple[int, ...],
+    fill: Callable[[Problem, int, int, int], StageFill] | None = None,
+) -> Placement:
+    """The placement ``gpus`` and ``cuts`` make under the problem's engine (``Engine.evaluate``)."""
+    return engine_of(p).evaluate(p, gpus, cuts, fill)
 
 
 def export_lines(
@@ -129,6 +137,7 @@ __all__ = [
     "build_table",
     "engine_named",
     "engine_of",
+    "evaluate",
     "export_lines",
     "plan_lines",
     "register",

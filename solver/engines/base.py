@@ -8,8 +8,9 @@ Each engine turns a Problem into a ``Table`` over every (GPU g, layers [a, b)):
 - ``weigh(g, a, b, scale, mass)``: integer weights of those ranges (``Weights``), read by solver.arcs;
 - ``const_units(scale)``: the part of every plan's window that no arc carries, in the same units.
 
-``stage_fill(p, g, a, b)`` gives one stage's fill straight from the definition (``StageFill``), which
-the plan's report uses and the tests hold the table to. Besides the arithmetic, an engine names the
+``stage_fill(p, g, a, b)`` gives one stage's fill straight from the definition (solver.plan's
+``StageFill``), which the tests hold the table to; ``evaluate`` builds a whole placement from those
+fills and the engine's ``totals``. Besides the arithmetic, an engine names the
 keys it needs, its default placement, its report columns and JSON keys, and its export. Everything
 else in moesplit asks the engine object, never the engine's name.
 """
@@ -17,20 +18,20 @@ else in moesplit asks the engine object, never the engine's name.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
 import numpy as np
 
 from solver.errors import ArgsError
+from solver.plan import Placement, Stage, StageFill, handoffs_ms
+from solver.problem import Problem
 
 if TYPE_CHECKING:
     from solver.baselines import Baseline
     from solver.config import ModelConfig, RigConfig
     from solver.export import Launch, Line, Offload
     from solver.export_hosts import Hosts
-    from solver.plan import Placement, Stage
-    from solver.problem import Problem
     from solver.scored import Scored
     from solver.yamlfile import YamlDoc
 
@@ -52,31 +53,6 @@ class Weights:
     mass: np.ndarray
     host: np.ndarray
     spare: np.ndarray
-
-
-@dataclass(frozen=True)
-class StageFill:
-    """What one stage holds, straight from the definition, in exact ints and float ms.
-
-    held/visible count the cached items (strata: profile pairs; llama.cpp: expert tensors;
-    resident: experts). ``offload`` lists the (layer, tensor names) llama.cpp leaves on the CPU.
-    ``fits``: the stage's range and what it must hold fit the GPU (room >= 0, and for the resident
-    engines every expert too). ``gpu_ms``: the stage's GPU time (None: its layers times the GPU's
-    layer_ms); ``miss_ms`` is the rest of its time, of which ``switch_ms`` device switches.
-    """
-
-    room: int
-    cache_bytes: int
-    held: int
-    visible: int
-    held_mass: float
-    miss_ms: float
-    host_bytes: int
-    spare_tokens: int | None = None
-    offload: list[tuple[int, tuple[str, ...]]] = field(default_factory=list)
-    fits: bool = True
-    gpu_ms: float | None = None
-    switch_ms: float = 0.0
 
 
 class Table(Protocol):
@@ -208,6 +184,27 @@ class Engine:
     def totals(self, p: Problem, fills: list[StageFill], compute_ms: float) -> tuple[float, float]:
         """A placement's (window ms, held mass) from its stages' fills and its compute and hand-offs."""
         return compute_ms + sum(f.miss_ms for f in fills), float(np.sum([f.held_mass for f in fills]))
+
+    def evaluate(
+        self,
+        p: Problem,
+        gpus: list[int] | tuple[int, ...],
+        cuts: list[int] | tuple[int, ...],
+        fill: Callable[[Problem, int, int, int], StageFill] | None = None,
+    ) -> Placement:
+        """Fill each stage (by ``stage_fill`` unless ``fill`` says otherwise) and add up ``window_ms``
+        and ``held_mass`` in floating point."""
+        fill = fill or self.stage_fill
+        bounds = [0, *cuts, p.n_layers]
+        stages, fills = [], []
+        for s, g in enumerate(gpus):
+            a, b = bounds[s], bounds[s + 1]
+            f = fill(p, int(g), a, b)
+            fills.append(f)
+            stages.append(Stage.of(p, int(g), a, b, f))
+        compute = sum(s.compute_ms for s in stages) + handoffs_ms(p, [s.gpu for s in stages])
+        window, held = self.totals(p, fills, compute)
+        return Placement(stages=stages, window_ms=window, held_mass=held)
 
     def orders(self, p: Problem) -> Orders | None:
         """The GPU orders the engine can run this rig in, where it restricts them; None: any order

@@ -15,22 +15,22 @@ from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
+from solver.baselines import Baseline, cuts_of
 from solver.engines.bandwidth import BytesSpeed, dense_ms, per_byte_ms, speed_of
-from solver.engines.base import PlanCell, Required, Shape, StageCell, StageFill, Weights, ms
+from solver.engines.base import PlanCell, Required, Shape, StageCell, Weights, ms
 from solver.engines.fill import Units, best_set, dense_table, grain_of, pack, uniform_table
 from solver.export import Command, context_flag, device_order, llama_flags, placeholder, stage_sizes
 from solver.export_hosts import llama_rpc_lines
 from solver.kvcache import KV_TYPES
+from solver.plan import Placement, StageFill, bounds_ok, feasible
 from solver.rangewalk import need_table, room_of
 from solver.scales import FINE_TIME_SCALE, MASS_SCALE, SPARE_UNLIMITED
 from solver.units import format_size, per_layer
 
 if TYPE_CHECKING:
-    from solver.baselines import Baseline
     from solver.config import ModelConfig, RigConfig
     from solver.engines.llamaargs import LlamaArgs
     from solver.export import Line
-    from solver.plan import Placement
     from solver.problem import Problem
     from solver.scored import Scored
 
@@ -404,9 +404,6 @@ class LlamaCpp(BytesSpeed):
     def default_split(self, p: Problem) -> Baseline:
         """Layers split by free memory (no ``--tensor-split``), with the smallest ``--n-cpu-moe`` that
         makes every GPU fit."""
-        from solver.baselines import Baseline, cuts_of
-        from solver.plan import bounds_ok, evaluate, feasible
-
         cuts = cuts_of(free_memory_split(p.free, p.n_layers, p.nextn_layers))
         gpus = list(range(p.n_gpus))
         if not bounds_ok(p, cuts):
@@ -415,7 +412,7 @@ class LlamaCpp(BytesSpeed):
             )
 
         def placed(n_cpu: int) -> Placement:
-            return evaluate(p, gpus, cuts, partial(cpu_moe_fill, n_cpu_moe=n_cpu))
+            return self.evaluate(p, gpus, cuts, partial(cpu_moe_fill, n_cpu_moe=n_cpu))
 
         # the GPUs fit from some N on (each more layer's experts on the CPU frees VRAM): bisect for it;
         # host memory only gets tighter with N, so if that N breaks it, every larger one does too
@@ -466,4 +463,4 @@ class LlamaCpp(BytesSpeed):
         """Where the command puts every layer and expert tensor, timed (solver.engines.llamascore)."""
         from solver.engines.llamascore import score
 
-        return score(p, args)
+        return score(p, args, self)

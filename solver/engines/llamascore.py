@@ -27,15 +27,14 @@ from fractions import Fraction
 
 import numpy as np
 
-from solver.engines import engine_of
 from solver.engines.bandwidth import speed_of, with_constants
-from solver.engines.base import StageFill
+from solver.engines.base import Engine
 from solver.engines.llamaargs import KV_TYPE_BYTES, LlamaArgs, moe_rules
 from solver.engines.llamacpp import Costs, base_tensor, slot_devices
 from solver.errors import ArgsError
 from solver.export import Offload
 from solver.kvcache import KV_TYPES
-from solver.plan import Placement, Stage, handoffs_ms
+from solver.plan import Placement, Stage, StageFill, handoffs_ms
 from solver.problem import Problem, at_context
 from solver.scored import Card, Scored
 
@@ -245,8 +244,9 @@ def placed_bytes(
     return out, cpu_names, notes
 
 
-def score(p: Problem, args: LlamaArgs) -> Scored:
-    """The command's placement on the rig and its predicted window (see the module docstring)."""
+def score(p: Problem, args: LlamaArgs, engine: Engine) -> Scored:
+    """The command's placement on the rig and its predicted window (see the module docstring), its
+    stages added up by ``engine`` (llama.cpp's)."""
     q, notes = run_problem(p, args)
     dev = devices_of(q, args)
     layers, output = layer_devices(q, args, dev)
@@ -273,7 +273,7 @@ def score(p: Problem, args: LlamaArgs) -> Scored:
     if runs and output not in (CPU, runs[-1]):
         extra_ms += handoffs_ms(q, [runs[-1], output])
     compute = sum(s.compute_ms for s in stages) + handoffs_ms(q, runs)
-    window, held_mass = engine_of(q).totals(q, fills, compute)
+    window, held_mass = engine.totals(q, fills, compute)
     if cpu_ms or extra_ms:
         window += cpu_ms + extra_ms
         held_mass += float(c.cpu[from_cpu.any(axis=1)].sum()) / max(float(c.cpu.sum()), 1e-300)

@@ -13,22 +13,22 @@ from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
+from solver.baselines import Baseline, cuts_of
 from solver.cards import DRIVER_MIB
 from solver.engines.bandwidth import BytesSpeed, all_held_ms
-from solver.engines.base import Orders, PlanCell, Shape, StageCell, StageFill, Weights, ms, tokens
+from solver.engines.base import Orders, PlanCell, Shape, StageCell, Weights, ms, tokens
 from solver.export import Command, context_flag, device_order, joined, placeholder, stage_sizes
 from solver.export_hosts import sglang_node_lines, vllm_ray_lines
+from solver.plan import Placement, StageFill, bounds_ok, feasible
 from solver.rangewalk import expert_prefix, need_table, room_of
 from solver.scales import SPARE_UNLIMITED
 from solver.units import format_size
 
 if TYPE_CHECKING:
-    from solver.baselines import Baseline
     from solver.config import ModelConfig, RigConfig
     from solver.engines.stageargs import StageArgs
     from solver.export import Line
     from solver.export_hosts import Hosts
-    from solver.plan import Placement
     from solver.problem import Problem
     from solver.scored import Scored
 
@@ -155,15 +155,12 @@ class Resident(BytesSpeed):
 
     def default_split(self, p: Problem) -> Baseline:
         """The engine's even partition, GPUs in rig order."""
-        from solver.baselines import Baseline, cuts_of
-        from solver.plan import bounds_ok, evaluate, feasible
-
         cuts = cuts_of(self.partition(p.n_layers, p.n_gpus))
         if not bounds_ok(p, cuts):
             return Baseline(
                 cuts, False, None, "even", reason="the rig has more GPUs than the model has layers"
             )
-        plan = evaluate(p, list(range(p.n_gpus)), cuts)
+        plan = self.evaluate(p, list(range(p.n_gpus)), cuts)
         return Baseline(cuts, feasible(p, plan), plan, "even", "the engine's even partition")
 
     def stage_json(self, stage) -> dict:
@@ -201,7 +198,7 @@ class Resident(BytesSpeed):
         from solver.engines.stageargs import score_stages, stage_sizes
 
         k = args.stages or 1
-        return score_stages(p, args, stage_sizes(p, args, self.partition(p.n_layers, k)))
+        return score_stages(self, p, args, stage_sizes(p, args, self.partition(p.n_layers, k)))
 
     def across_hosts(
         self, hosts: Hosts, gpus: list[int], partition: str, head: list[str], tail: list[str]

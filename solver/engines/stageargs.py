@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from solver.engines.llamaargs import LLAMA_PLACEMENT, stoi, visible_devices
 from solver.errors import ArgsError
-from solver.plan import evaluate
 from solver.problem import Problem, at_context
 from solver.scored import Card, Scored
+
+if TYPE_CHECKING:
+    from solver.engines.base import Engine
 
 
 @dataclass(frozen=True)
@@ -170,8 +173,8 @@ def stage_sizes(p: Problem, args: StageArgs, default: list[int] | None) -> list[
     return sizes
 
 
-def score_stages(p: Problem, args: StageArgs, sizes: list[int]) -> Scored:
-    """Stage s on CUDA device s; the placement by the engine's fill, each card's memory from its room."""
+def score_stages(engine: Engine, p: Problem, args: StageArgs, sizes: list[int]) -> Scored:
+    """Stage s on CUDA device s; the placement by ``engine``'s fill, each card's memory from its room."""
     local = [g for g in range(p.n_gpus) if p.hosts[g] == 0]
     if len(local) < p.n_gpus:
         raise ArgsError("the rig spans hosts; a score reads one machine's command")
@@ -183,7 +186,7 @@ def score_stages(p: Problem, args: StageArgs, sizes: list[int]) -> Scored:
     q = p if args.context is None else at_context(p, args.context)
     gpus = cuda[: len(sizes)]
     cuts = [sum(sizes[: i + 1]) for i in range(len(sizes) - 1)]
-    plan = evaluate(q, gpus, cuts)
+    plan = engine.evaluate(q, gpus, cuts)
     cards = [
         Card(
             gpu=s.gpu,

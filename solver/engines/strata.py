@@ -7,8 +7,9 @@ from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
-from solver.engines.base import Engine, PlanCell, Shape, StageCell, StageFill, Weights, ms
+from solver.engines.base import Engine, PlanCell, Shape, StageCell, Weights, ms
 from solver.export import Comment, Flags, Line, SetEnv, Text, device_order, joined
+from solver.plan import StageFill
 from solver.rangewalk import RangeWalk, expert_prefix, need_table, walk_range, walk_table
 from solver.scales import MASS_SCALE, SPARE_UNLIMITED
 from solver.units import format_size
@@ -146,4 +147,4 @@ class Strata(Engine):
         """GPU s of the command's devices running the layers between its cuts, caching what fits."""
         from solver.engines.stageargs import score_stages, stage_sizes
 
-        return score_stages(p, args, stage_sizes(p, args, None))
+        return score_stages(self, p, args, stage_sizes(p, args, None))
