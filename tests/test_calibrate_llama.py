@@ -460,7 +460,7 @@ def test_help_explains_both_calibrations() -> None:
 
 
 def test_suggest_asks_for_runs_that_identify_what_it_says(tmp_path: Path) -> None:
-    from solver.engines.llamaargs import parse_llama_args
+    from solver.engines.llamacpp.args import parse_llama_args
     from solver.suggest import suggest
 
     rig = make_rig(tmp_path)

@@ -12,7 +12,7 @@ from rigfiles import tiny_rig
 
 from solver.cli import cli
 from solver.config import shown_path
-from solver.engines.llamacpp import DEFAULT_EXPERT_TENSORS as TENSORS
+from solver.engines.llamacpp.units import DEFAULT_EXPERT_TENSORS as TENSORS
 
 LLAMA_MIX = "rigs/llama-mix.yaml"
 

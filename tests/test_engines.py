@@ -138,7 +138,7 @@ def test_sizes_without_a_large_common_divisor_fill_in_a_coarser_grain():
     """Tensor sizes that share no large divisor are counted in a grain the largest room holds at most
     MAX_STATES of, rounded up: every fill still fits its room, and the table and the stage's own fill
     agree."""
-    from solver.engines.fill import MAX_STATES, grain_of
+    from solver.engines.llamacpp.fill import MAX_STATES, grain_of
 
     sizes = np.array([100_000_001, 150_000_007, 99_999_989])
     assert grain_of(sizes, 8 * 2**30) == -(-(8 * 2**30) // MAX_STATES)

@@ -30,7 +30,8 @@ from hypothesis import strategies as st
 
 from solver.cli import cli
 from solver.engines import engine_of, evaluate, export_lines
-from solver.engines.llamaargs import FFN_EXPS_REGEX, LlamaArgs, moe_rules, parse_llama_args
+from solver.engines.llamacpp.args import LlamaArgs, parse_llama_args
+from solver.engines.llamacpp.flags import FFN_EXPS_REGEX, moe_rules
 from solver.errors import ArgsError
 from solver.export import Offload
 from solver.export_hosts import Hosts

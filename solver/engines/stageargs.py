@@ -15,7 +15,8 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from solver.engines.llamaargs import LLAMA_PLACEMENT, stoi, visible_devices
+from solver.engines.llamacpp.flags import LLAMA_PLACEMENT
+from solver.engines.llamacpp.values import stoi, visible_devices
 from solver.errors import ArgsError
 from solver.problem import Problem, at_context
 from solver.scored import Card, Scored

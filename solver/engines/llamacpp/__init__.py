@@ -1,0 +1,173 @@
+"""llama.cpp: whole expert tensors stay on their layer's GPU or run on the CPU.
+
+The engine's rules live in this package: what a unit is and costs (units), the exact fill of a
+stage's room (fill) and the table built from it (table), where llama.cpp puts layers and the memory it
+takes by itself (layout), and a command line read (flags, args) and scored (devices, score). A stage
+holds the set of its units that makes its time least within its room.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import TYPE_CHECKING, ClassVar
+
+import numpy as np
+
+from solver.baselines import Baseline, cuts_of
+from solver.engines.bandwidth import BytesSpeed
+from solver.engines.base import PlanCell, Required, Shape, StageCell, ms
+from solver.engines.llamacpp.args import LlamaArgs, parse_llama_args
+from solver.engines.llamacpp.layout import COMPUTE_BUFFER, N_UBATCH, free_memory_split
+from solver.engines.llamacpp.score import score
+from solver.engines.llamacpp.table import LlamaTable, cpu_moe_fill, stage_fill
+from solver.engines.llamacpp.units import Costs, llama_units
+from solver.export import Command, context_flag, device_order, llama_flags, placeholder, stage_sizes
+from solver.export_hosts import llama_rpc_lines
+from solver.kvcache import KV_TYPES
+from solver.plan import Placement, StageFill, bounds_ok, feasible
+from solver.problem import Problem
+from solver.units import format_size
+
+if TYPE_CHECKING:
+    from solver.config import ModelConfig, RigConfig
+    from solver.export import Line
+    from solver.scored import Scored
+
+
+#: What stands in for the model file when the model file does not name it.
+GGUF_PLACEHOLDER = "your GGUF file (its first shard); a model from `solve model from-gguf` names it"
+
+
+def _why_not(p: Problem, plan: Placement, n_cpu: int) -> str:
+    """Why the free-memory split with ``--n-cpu-moe n_cpu`` (the least that fits every GPU, or every
+    layer's experts on the CPU when none does) is no placement: the limit that binds, named."""
+    short = [s for s in plan.stages if not s.fits]
+    if short:
+        s = short[0]
+        need = format_size(s.cache_bytes - s.room_bytes)
+        return (
+            f"does not fit even with every expert on the CPU: GPU {s.gpu} ({s.name}) lacks {need} "
+            f"for its layers {s.start}-{s.end - 1}"
+        )
+    split = f"split by free memory, --n-cpu-moe {n_cpu}"
+    if p.host_memory is not None and plan.host_bytes > p.host_memory:
+        return (
+            f"{split} (the least that fits the GPUs) leaves {format_size(plan.host_bytes)} of experts in "
+            f"host memory, more than host_memory ({format_size(p.host_memory)})"
+        )
+    return f"{split} breaks a GPU's min_layers or max_layers"
+
+
+class LlamaCpp(BytesSpeed):
+    """llama.cpp: expert tensors on their layer's GPU or on the CPU, which runs them."""
+
+    name = "llama.cpp"
+    note = "expert tensors on a GPU or, beyond VRAM, on the CPU"
+    rig_keys = ("host_bandwidth", "host_memory")
+    miss_rate_key = "host_bandwidth"
+    reads_llama_bench = True
+    miss_label = "CPU time (experts in host memory)"
+    kv_types = tuple(KV_TYPES)
+    columns: ClassVar[list[tuple[str, StageCell]]] = [
+        ("experts\non GPU", lambda s: format_size(s.cache_bytes)),
+        ("experts\non CPU", lambda s: format_size(s.host_bytes)),
+        ("GPU\nms", lambda s: ms(s.compute_ms)),
+        ("CPU\nms", lambda s: ms(s.miss_ms - s.switch_ms)),
+        ("switch\nms", lambda s: ms(s.switch_ms)),
+    ]
+    summary: ClassVar[list[tuple[str, PlanCell]]] = [
+        ("GPU time", lambda q: f"{sum(s.compute_ms for s in q.stages):.3f} ms"),
+        ("CPU time", lambda q: f"{sum(s.miss_ms - s.switch_ms for s in q.stages):.3f} ms"),
+        ("switches", lambda q: f"{sum(s.switch_ms for s in q.stages):.3f} ms"),
+        ("experts on GPU", lambda q: format_size(sum(s.cache_bytes for s in q.stages))),
+        ("experts on CPU", lambda q: format_size(q.host_bytes)),
+    ]
+    sweep: ClassVar[list[tuple[str, PlanCell]]] = [
+        ("experts\non CPU", lambda q: format_size(q.host_bytes)),
+        ("CPU\nms", lambda q: ms(sum(s.miss_ms - s.switch_ms for s in q.stages))),
+    ]
+    required = (
+        Required("model", "active_experts", "the experts each token uses per MoE layer"),
+        Required("rig", "host_bandwidth", "how fast the CPU streams offloaded experts, e.g. '60 GB/s'"),
+    )
+
+    def problem_fields(self, rig: RigConfig, model: ModelConfig, experts: np.ndarray) -> dict:
+        units = llama_units(model, rig.host_bandwidth, experts)
+        memory = {
+            "buffers": [COMPUTE_BUFFER] * len(rig.gpus),
+            "last_stage_extra": 4 * N_UBATCH * (model.vocab_size or 0),  # float32 logits of a micro-batch
+            "first_stage_bytes": model.first_stage_bytes - model.embedding_bytes,  # embeddings stay in RAM
+        }
+        return (
+            self.speed_fields(rig, model, experts) | units | memory | {"host_bandwidth": rig.host_bandwidth}
+        )
+
+    def table(self, p: Problem) -> LlamaTable:
+        return LlamaTable.build(p)
+
+    def stage_fill(self, p: Problem, g: int, a: int, b: int) -> StageFill:
+        return stage_fill(p, g, a, b)
+
+    def miss_total_ms(self, p: Problem) -> float:
+        c = Costs.of(p)
+        return float(c.cpu.sum()) + float(c.switch.max(initial=0.0)) * int(c.n_moe[-1])
+
+    def default_split(self, p: Problem) -> Baseline:
+        """Layers split by free memory (no ``--tensor-split``), with the smallest ``--n-cpu-moe`` that
+        makes every GPU fit."""
+        cuts = cuts_of(free_memory_split(p.free, p.n_layers, p.nextn_layers))
+        gpus = list(range(p.n_gpus))
+        if not bounds_ok(p, cuts):
+            return Baseline(
+                cuts, False, None, "free-memory", reason="the free-memory split leaves a GPU without layers"
+            )
+
+        def placed(n_cpu: int) -> Placement:
+            return self.evaluate(p, gpus, cuts, partial(cpu_moe_fill, n_cpu_moe=n_cpu))
+
+        # the GPUs fit from some N on (each more layer's experts on the CPU frees VRAM): bisect for it;
+        # host memory only gets tighter with N, so if that N breaks it, every larger one does too
+        lo, hi = 0, p.n_layers
+        while lo < hi:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if all(s.fits for s in placed(mid).stages) else (mid + 1, hi)
+        plan = placed(lo)
+        if feasible(p, plan):
+            return Baseline(cuts, True, plan, "free-memory", f"split by free memory, --n-cpu-moe {lo}")
+        return Baseline(cuts, False, plan, "free-memory", _why_not(p, plan, lo))
+
+    def stage_json(self, stage) -> dict:
+        return {
+            "held_tensors": stage.held_pairs,
+            "tensors": stage.visible_pairs,
+            "cpu_ms": stage.miss_ms - stage.switch_ms,
+            "switch_ms": stage.switch_ms,
+            "offload": [{"layer": layer, "tensors": list(names)} for layer, names in stage.offload],
+        }
+
+    def export(self, plan: Shape) -> list[Line]:
+        """``llama-server -m MODEL.gguf -c CONTEXT --split-mode layer -ngl 999 --tensor-split ... -ot ...``
+        with ``-ctk/-ctv`` and ``-fa on`` for a KV cache type other than f16 and ``-fit off`` when asked;
+        across hosts, the rpc-server lines first."""
+        gpus, cuts, n_layers, launch = plan.gpus, plan.cuts, plan.n_layers, plan.launch
+        offload, names, extra_blocks, hosts = plan.offload, plan.names, plan.extra_blocks, plan.hosts
+        split = llama_flags(stage_sizes(cuts, n_layers), n_layers + extra_blocks, offload, names)
+        model, notes = placeholder(launch.gguf, "MODEL.gguf", GGUF_PLACEHOLDER)
+        context, more = context_flag("-c", launch.context)
+        tail = []
+        if launch.kv_type != self.kv_types[0]:  # a quantised V cache needs flash attention
+            tail = ["-ctk", launch.kv_type, "-ctv", launch.kv_type, "-fa", "on"]
+        tail += ["-fit", "off"] if launch.fit_off else []
+        head = ["llama-server", "-m", model, *context]
+        if hosts is not None and hosts.spans(gpus):
+            lines, env, devices = llama_rpc_lines(hosts, gpus)
+            return [*notes, *more, *lines, Command((*head, *devices, *split, *tail), env)]
+        return [*notes, *more, Command((*head, *split, *tail), device_order(gpus))]
+
+    def read_command(self, words: list[str]) -> LlamaArgs:
+        """llama-server, llama-cli or llama-bench words (solver.engines.llamacpp.args)."""
+        return parse_llama_args(words)
+
+    def score(self, p: Problem, args: LlamaArgs) -> Scored:
+        """Where the command puts every layer and expert tensor, timed (solver.engines.llamacpp.score)."""
+        return score(p, args, self)

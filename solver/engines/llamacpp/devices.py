@@ -1,0 +1,216 @@
+"""Where a llama.cpp command puts things on a rig: its devices, the device of every layer, and the
+bytes of every expert tensor on each GPU or the CPU.
+
+Devices: the rig's GPUs on the machine listed first, in rig order, are CUDA0.. after
+CUDA_VISIBLE_DEVICES renumbers them; ``--rpc`` endpoints are the GPUs of the other hosts (an
+endpoint ``host:port`` is the next GPU of that host in rig order), registered before the local ones,
+as llama.cpp does; ``-dev`` picks and orders them; ``-sm none`` keeps the ``-mg`` device only.
+Layers: ``slot_devices`` over the ``-ts`` values (or each device's ``free``), the output slot last,
+``-ngl`` leaving the first slots on the CPU. Tensors: the first ``-ot``/``-ncmoe``/``-cmoe`` rule
+found in a tensor's name sends it to that buffer type; a unit's bias and scale tensors go with it;
+a unit that stands for three tensors (a model without ``expert_tensors``) splits its bytes evenly
+among them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import numpy as np
+
+from solver.engines.llamacpp.args import LlamaArgs
+from solver.engines.llamacpp.flags import moe_rules
+from solver.engines.llamacpp.layout import slot_devices
+from solver.engines.llamacpp.units import Costs, base_tensor
+from solver.errors import ArgsError
+from solver.export import Offload
+from solver.problem import Problem
+
+#: Non-expert tensors of a block, for telling a user when an -ot rule also matches them.
+DENSE_TENSORS = (
+    "attn_norm.weight",
+    "attn_q.weight",
+    "attn_k.weight",
+    "attn_v.weight",
+    "attn_output.weight",
+    "attn_qkv.weight",
+    "attn_q_a.weight",
+    "attn_kv_a_mqa.weight",
+    "ffn_norm.weight",
+    "post_attention_norm.weight",
+    "ffn_gate_inp.weight",
+    "ffn_gate_shexp.weight",
+    "ffn_up_shexp.weight",
+    "ffn_down_shexp.weight",
+    "ffn_gate.weight",
+    "ffn_up.weight",
+    "ffn_down.weight",
+)
+#: The CPU's column in a placement's bytes table.
+CPU = -1
+
+
+@dataclasses.dataclass(frozen=True)
+class Devices:
+    """The command's devices as rig GPUs: behind each CUDA number, each RPC device, and the model's
+    device list (what ``-ts`` positions and the layer split refer to), in order."""
+
+    cuda: list[int]
+    rpc: list[int]
+    model: list[int]
+
+    def names(self) -> list[str]:
+        """Every buffer type llama.cpp would list: the CPU and each device."""
+        return [
+            "CPU",
+            *[f"CUDA{i}" for i in range(len(self.cuda))],
+            *[f"RPC{i}" for i in range(len(self.rpc))],
+        ]
+
+    def of_buffer(self, buft: str, rule: str) -> int:
+        """The rig GPU (or CPU) a buffer type names; ArgsError for one llama.cpp would not know."""
+        if buft == "CPU":
+            return CPU
+        m = re.fullmatch(r"(CUDA|RPC)(\d+)", buft)
+        devices = self.cuda if m and m.group(1) == "CUDA" else self.rpc
+        if m is None or int(m.group(2)) >= len(devices):
+            raise ArgsError(f"-ot {rule}: unknown buffer type {buft!r} (this rig: {', '.join(self.names())})")
+        return devices[int(m.group(2))]
+
+
+def devices_of(p: Problem, args: LlamaArgs) -> Devices:
+    """The rig GPUs behind the command's devices (see the module docstring)."""
+    local = [g for g in range(p.n_gpus) if p.hosts[g] == 0]
+    cuda = local
+    if args.visible is not None:
+        wrong = [i for i in args.visible if i >= len(local)]
+        if wrong:
+            raise ArgsError(
+                f"CUDA_VISIBLE_DEVICES={','.join(map(str, args.visible))}: {p.host_names[0]} has GPUs "
+                f"0-{len(local) - 1} in the rig"
+            )
+        cuda = [local[i] for i in args.visible]
+    rpc = _rpc_gpus(p, args.rpc)
+    registry = {f"rpc{i}": g for i, g in enumerate(rpc)} | {f"cuda{i}": g for i, g in enumerate(cuda)}
+    if args.devices is None:
+        model = list(registry.values())
+    elif args.devices == ("none",):
+        model = []
+    else:
+        model = []
+        for name in args.devices:
+            if name.lower() not in registry:
+                known = ", ".join(n.upper() for n in registry) or "none"
+                raise ArgsError(f"-dev {','.join(args.devices)}: no device {name} (this rig: {known})")
+            if registry[name.lower()] in model:
+                raise ArgsError(f"-dev {','.join(args.devices)}: {name} is listed twice")
+            model.append(registry[name.lower()])
+    if args.split_mode in ("row", "tensor"):
+        raise ArgsError(
+            f"-sm {args.split_mode} splits every matrix over the GPUs; a score places whole layers "
+            f"(-sm layer or none)"
+        )
+    if args.split_mode == "none":
+        if args.main_gpu >= len(model):
+            raise ArgsError(f"-mg {args.main_gpu}: invalid main GPU ({len(model)} devices)")
+        model = [] if args.main_gpu < 0 else [model[args.main_gpu]]
+    return Devices(cuda, rpc, model)
+
+
+def _rpc_gpus(p: Problem, endpoints: tuple[str, ...]) -> list[int]:
+    """The rig GPU behind each ``--rpc`` endpoint: the next GPU of its host, in rig order."""
+    taken: dict[int, int] = {}
+    out = []
+    for endpoint in endpoints:
+        host = endpoint.rsplit(":", 1)[0]
+        if host not in p.host_names[1:]:
+            remote = ", ".join(p.host_names[1:]) or "none"
+            raise ArgsError(
+                f"--rpc {endpoint}: the rig has no other host {host!r} (its other hosts: {remote})"
+            )
+        h = p.host_names.index(host)
+        gpus = [g for g in range(p.n_gpus) if p.hosts[g] == h]
+        if taken.get(h, 0) >= len(gpus):
+            raise ArgsError(f"--rpc: more endpoints on {host} than its {len(gpus)} GPUs in the rig")
+        out.append(gpus[taken.get(h, 0)])
+        taken[h] = taken.get(h, 0) + 1
+    return out
+
+
+def layer_devices(p: Problem, args: LlamaArgs, dev: Devices) -> tuple[list[int], int]:
+    """The rig GPU (or CPU) of each planned layer, and of the output layer."""
+    n_blocks = p.n_layers + p.nextn_layers
+    ngl = args.n_gpu_layers
+    ngl = n_blocks + 1 if ngl is None or ngl < 0 else ngl
+    k = len(dev.model)
+    split = np.array(list(args.tensor_split[:k]) + [0.0] * (k - len(args.tensor_split[:k])), dtype=np.float32)
+    if not split.any():
+        split = p.free[dev.model].astype(np.float32)
+    where = slot_devices(split, n_blocks, ngl)
+    gpus = [CPU if d is None else dev.model[d] for d in where]
+    return gpus[: p.n_layers], gpus[n_blocks]
+
+
+def _mains(names: tuple[str, ...]) -> list[str]:
+    """A unit's own tensors (its bias and scale tensors go with them)."""
+    return [n for n in names if base_tensor(n) == n] or list(names[:1])
+
+
+def placed_bytes(
+    p: Problem, c: Costs, args: LlamaArgs, dev: Devices, layers: list[int]
+) -> tuple[np.ndarray, list[list[str]], list[str]]:
+    """Bytes of each unit (in Costs order) on each GPU, the CPU last (shape (U, k+1)); the names of each
+    unit's tensors on the CPU; notes on rules that reach past the expert tensors."""
+    rules = [(re.compile(pattern), buft, f"{pattern}={buft}") for pattern, buft in args.overrides]
+    targets = [dev.of_buffer(buft, shown) for _, buft, shown in rules]
+    notes = []
+    n_blocks = p.n_layers + p.nextn_layers
+    own = {pattern for pattern, _ in moe_rules(n_blocks) + moe_rules(cpu_moe=True)}  # experts only
+    for regex, _, shown in rules:
+        if regex.pattern in own:
+            continue
+        hit = next(
+            (f"blk.{i}.{t}" for i in range(n_blocks) for t in DENSE_TENSORS if regex.search(f"blk.{i}.{t}")),
+            None,
+        )
+        if hit:
+            notes.append(
+                f"-ot {shown} also matches {hit} and other tensors that are not routed experts; "
+                f"the score moves expert tensors only"
+            )
+
+    def where(name: str, home: int) -> int:
+        for (regex, _, _), target in zip(rules, targets):
+            if regex.search(name):
+                return target
+        return home
+
+    k = p.n_gpus
+    out = np.zeros((len(c.layer), k + 1), dtype=np.int64)
+    cpu_names: list[list[str]] = []
+    parted: list[str] = []
+    for i, u in enumerate(c.order):
+        layer = int(c.layer[i])
+        names = p.unit_names[int(u)]
+        mains = _mains(names)
+        home = layers[layer]
+        size = int(c.size[i])
+        on_cpu = []
+        for j, name in enumerate(mains):
+            d = where(Offload(layer, name).name, home)
+            out[i, d if d != CPU else k] += size * (j + 1) // len(mains) - size * j // len(mains)
+            companions = [n for n in names if n != name and base_tensor(n) == name]
+            for companion in companions:
+                other = where(Offload(layer, companion).name, home)
+                if other != d:
+                    parted.append(Offload(layer, companion).name)
+            if d == CPU:
+                on_cpu += [name, *companions]
+        cpu_names.append(on_cpu)
+    if parted:
+        notes.append(
+            f"{len(parted)} bias or scale tensors ({parted[0]}, ...) are sent elsewhere than their expert "
+            f"tensor; the score keeps each with its tensor"
+        )
+    return out, cpu_names, notes
