@@ -33,6 +33,8 @@ Name = Annotated[str, BeforeValidator(lambda v: str(v) if isinstance(v, (int, fl
 REAL_MAX = 1e6
 #: Largest count (layers, experts, SMs, layer limits): counts go into int64 arrays and their sums.
 COUNT_MAX = 2**31 - 1
+#: The engine a rig plans for when it names none.
+DEFAULT_ENGINE = "strata"
 #: A decimal in exponent form that YAML 1.2 reads as a number but PyYAML (YAML 1.1) as a string: ``1e-3``.
 _EXPONENT_FORM = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)[eE][-+]?[0-9]+")
 
@@ -42,13 +44,8 @@ def _yaml12_float(value: object) -> object:
     return float(value) if isinstance(value, str) and _EXPONENT_FORM.fullmatch(value) else value
 
 
-#: The engine a rig plans for when it names none.
-DEFAULT_ENGINE = "strata"
-
-
 def _known_engine(name: str, info: ValidationInfo) -> str:
-    """The rig's ``engine``, one of the names the caller gives (``engines`` in the validation context:
-    the registry, solver.engines, which sits above this module); any name when none are given."""
+    """The rig's ``engine``, one of the ``engines`` the validation context names (if any)."""
     engines = (info.context or {}).get("engines")
     if engines is not None and name not in engines:
         raise ValueError(f"unknown engine {brief(name)}; choose one of {', '.join(engines)}")
@@ -299,18 +296,15 @@ def relative_to(doc_file: Path, ref: str) -> Path:
 
 
 def load_rig(path: Path, engines: Collection[str] | None = None) -> tuple[RigConfig, YamlDoc]:
-    """Read and validate a rig file, with the cross-field rules pydantic cannot say; ``engines`` as
-    ``check_rig``."""
+    """Read and validate a rig file (``check_rig``)."""
     doc = load_yaml(path, shown_path(path))
     return check_rig(doc, engines), doc
 
 
 def check_rig(doc: YamlDoc, engines: Collection[str] | None = None) -> RigConfig:
-    """A parsed rig document validated, with the cross-field rules pydantic cannot say.
-
-    ``engines``: the names its ``engine`` key may take (solver.engines.REGISTRY); None takes any name,
-    for a rig whose engine its caller has already checked or does not use.
-    """
+    """A parsed rig document validated, with the cross-field rules pydantic cannot say. ``engines``:
+    the names its ``engine`` key may take (solver.engines.REGISTRY, which sits above this module);
+    None takes any, for a caller that checks the engine itself or does not use it."""
     rig = validate(doc, RigConfig, None if engines is None else {"engines": list(engines)})
     for i, gpu in enumerate(rig.gpus):
         has_est = gpu.sms is not None or gpu.clock_ghz is not None

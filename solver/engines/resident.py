@@ -17,6 +17,7 @@ from solver.baselines import Baseline, cuts_of
 from solver.cards import DRIVER_MIB
 from solver.engines.bandwidth import BytesSpeed, all_held_ms
 from solver.engines.base import Orders, PlanCell, Shape, StageCell, Weights, ms, tokens
+from solver.engines.stageargs import StageArgs, layers_per_stage, parse_stage_args, score_stages
 from solver.export import Command, context_flag, device_order, joined, placeholder, stage_sizes
 from solver.export_hosts import sglang_node_lines, vllm_ray_lines
 from solver.plan import Placement, StageFill, bounds_ok, feasible
@@ -26,7 +27,6 @@ from solver.units import format_size
 
 if TYPE_CHECKING:
     from solver.config import ModelConfig, RigConfig
-    from solver.engines.stageargs import StageArgs
     from solver.export import Line
     from solver.export_hosts import Hosts
     from solver.problem import Problem
@@ -189,16 +189,12 @@ class Resident(BytesSpeed):
 
     def read_command(self, words: list[str]) -> StageArgs:
         """The partition variable, the pipeline size and CUDA_VISIBLE_DEVICES (solver.engines.stageargs)."""
-        from solver.engines.stageargs import parse_stage_args
-
         return parse_stage_args(self.name, words)
 
     def score(self, p: Problem, args: StageArgs) -> Scored:
         """Stage s on CUDA device s running the partition's layers, or the engine's even split."""
-        from solver.engines.stageargs import score_stages, stage_sizes
-
         k = args.stages or 1
-        return score_stages(self, p, args, stage_sizes(p, args, self.partition(p.n_layers, k)))
+        return score_stages(self, p, args, layers_per_stage(p, args, self.partition(p.n_layers, k)))
 
     def across_hosts(
         self, hosts: Hosts, gpus: list[int], partition: str, head: list[str], tail: list[str]

@@ -142,7 +142,7 @@ def _apply(fields: dict, flag: str, what: str, value: str) -> None:
         fields["context"] = n
 
 
-def stage_sizes(p: Problem, args: StageArgs, default: list[int] | None) -> list[int]:
+def layers_per_stage(p: Problem, args: StageArgs, default: list[int] | None) -> list[int]:
     """Layers per stage: Strata's cuts, the command's partition (checked as the engine checks it), or
     ``default`` (the engine's own split over the pipeline size; None: the engine has none)."""
     n = p.n_layers

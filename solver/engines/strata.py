@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 
 from solver.engines.base import Engine, PlanCell, Shape, StageCell, Weights, ms
+from solver.engines.stageargs import StageArgs, layers_per_stage, parse_stage_args, score_stages
 from solver.export import Comment, Flags, Line, SetEnv, Text, device_order, joined
 from solver.plan import StageFill
 from solver.rangewalk import RangeWalk, expert_prefix, need_table, walk_range, walk_table
@@ -16,7 +17,6 @@ from solver.units import format_size
 
 if TYPE_CHECKING:
     from solver.config import RigConfig
-    from solver.engines.stageargs import StageArgs
     from solver.problem import Problem
     from solver.scored import Scored
     from solver.yamlfile import YamlDoc
@@ -139,12 +139,8 @@ class Strata(Engine):
 
     def read_command(self, words: list[str]) -> StageArgs:
         """``--layer-split CUTS`` and CUDA_VISIBLE_DEVICES (solver.engines.stageargs)."""
-        from solver.engines.stageargs import parse_stage_args
-
         return parse_stage_args(self.name, words)
 
     def score(self, p: Problem, args: StageArgs) -> Scored:
         """GPU s of the command's devices running the layers between its cuts, caching what fits."""
-        from solver.engines.stageargs import score_stages, stage_sizes
-
-        return score_stages(self, p, args, stage_sizes(p, args, None))
+        return score_stages(self, p, args, layers_per_stage(p, args, None))
