@@ -4,6 +4,10 @@ strata: a per-expert cache walked in profile order (solver.engines.strata). llam
 tensors on the GPU or run by the CPU (solver.engines.llamacpp). vllm/sglang: every weight resident,
 spare KV reported (solver.engines.resident). solver.engines.base says what an engine owns. Adding an
 engine is one module with an ``Engine`` subclass and one ``register`` line below.
+
+The functions here answer for the problem's engine, by its name; the engine modules never import this
+registry (an engine that needs its own rules uses itself), so everything below it imports nothing
+above it.
 """
 
 from __future__ import annotations
