@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from solver.errors import InputError
-from solver.importers.ggmltypes import KV_TYPES
+from solver.importers.ggmltypes import check_kv_type
 from solver.importers.ggufattention import attention
 from solver.importers.ggufheader import TensorInfo
 from solver.importers.ggufmeta import Meta
@@ -39,8 +39,7 @@ def read_gguf(path: Path, kv_type: str = "f16") -> ImportedModel:
     Raises InputError, naming the file, for anything that is not a supported GGUF model header.
     """
     shown = str(path)
-    if kv_type not in KV_TYPES:
-        raise InputError(shown, f"unknown KV cache type {kv_type!r} (expected one of {', '.join(KV_TYPES)})")
+    check_kv_type(shown, kv_type)
     headers = read_shards(path)
     meta = Meta(headers[0].metadata, shown)
     tensors = [t for header in headers for t in header.tensors]

@@ -23,7 +23,7 @@ state bytes, as llama.cpp sizes them.
 from __future__ import annotations
 
 from solver.errors import InputError
-from solver.importers.ggmltypes import KV_TYPES, row_bytes
+from solver.importers.ggmltypes import KV_TYPES, STATE_ELEMENT_BYTES, row_bytes
 from solver.importers.ggufmeta import Meta
 
 #: llama.cpp's default micro-batch and SWA cache padding (llama-kv-cache-iswa.cpp).
@@ -32,9 +32,6 @@ SWA_PAD = 256
 #: llama4's attention chunk (llama.cpp sets ``n_swa`` 8192 and three chunked layers of every four).
 LLAMA4_CHUNK = 8192
 LLAMA4_PATTERN = 4
-
-#: Bytes per element of llama.cpp's recurrent (linear-attention) state: F32.
-STATE_ELEMENT_BYTES = 4
 
 
 def _row_bytes(elements: int, kv_type: str) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from solver.errors import InputError
 from solver.importers.ggufheader import SkippedArray
-from solver.importers.modelfile import MAX_EXPERTS, MAX_LAYERS
+from solver.importers.modelfile import BY_HAND, MAX_EXPERTS, MAX_LAYERS
 
 #: Architectures whose layer kinds this importer knows (``general.architecture``).
 ARCHS = (
@@ -27,8 +27,7 @@ class Meta:
         if arch not in ARCHS:
             raise InputError(
                 shown,
-                f"architecture {arch!r} is not supported (supported: {', '.join(ARCHS)}); for another"
-                " model write the model file by hand (docs/reference.md, 'The model file')",
+                f"architecture {arch!r} is not supported (supported: {', '.join(ARCHS)}); {BY_HAND}",
             )
         self.arch = str(arch)
         name = metadata.get("general.name")

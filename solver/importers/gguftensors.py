@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from solver.errors import InputError
 from solver.importers.ggufheader import TensorInfo
 from solver.importers.ggufmeta import Meta
+from solver.importers.modelfile import per_expert_bytes
 
 #: Routed expert tensor stems, in the order ``expert_tensors`` lists them.
 EXPERT_STEMS = ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps", "ffn_gate_up_exps")
@@ -163,10 +164,7 @@ def count_tensors(
                 have = f"{stem}.E tensors for {len(ids)} of {meta.expert_count} experts"
                 raise InputError(shown, f"layer {il} has {have}")
     experts = [meta.expert_count if moe[il] else 0 for il in range(layers)]
-    expert_bytes = [
-        -(-sum(column[il] for column in expert_tensors.values()) // experts[il]) if experts[il] else 0
-        for il in range(layers)
-    ]
+    expert_bytes = per_expert_bytes(expert_tensors, experts)
     dense_layers = [il for il in range(layers) if not moe[il]]
     sources["experts"] = (
         f"{meta.key('expert_count')} {meta.expert_count} in each layer with ffn_*_exps tensors"

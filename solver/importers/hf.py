@@ -19,12 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from solver.errors import InputError
-from solver.importers.ggmltypes import KV_TYPES
+from solver.importers.ggmltypes import check_kv_type
 from solver.importers.hfconfig import Config, checkpoint_of, load_config
 from solver.importers.hffamilies import FAMILIES
 from solver.importers.hflayers import Tensor, vec
 from solver.importers.hfschemes import SCHEMES, WEIGHTS, sizes
-from solver.importers.modelfile import MAX_LAYERS, ImportedModel
+from solver.importers.modelfile import BY_HAND, MAX_LAYERS, ImportedModel, per_expert_bytes
 from solver.importers.quant import Facts
 
 
@@ -55,15 +55,13 @@ def read_hf(config_path: Path, weights: str, name: str | None = None, kv_type: s
                 " llama-quantize recipe: run solve model from-gguf on the file for exact bytes)"
             )
         raise InputError(shown, f"unknown weight scheme {weights!r}{hint}; known: {', '.join(WEIGHTS)}")
-    if kv_type not in KV_TYPES:
-        raise InputError(shown, f"unknown KV cache type {kv_type!r} (expected one of {', '.join(KV_TYPES)})")
+    check_kv_type(shown, kv_type)
     c = Config(data, shown, kv_type)
     family_type = c.type if c.type in FAMILIES else c.top_type
     if family_type not in FAMILIES:
         raise InputError(
             shown,
-            f"unsupported model_type {c.type or '(none)'!r}; supported: {', '.join(FAMILIES)}; for another"
-            " model write the model file by hand (docs/reference.md, 'The model file')",
+            f"unsupported model_type {c.type or '(none)'!r}; supported: {', '.join(FAMILIES)}; {BY_HAND}",
             key="model_type",
         )
     n = c.int("num_hidden_layers")
@@ -98,7 +96,7 @@ def read_hf(config_path: Path, weights: str, name: str | None = None, kv_type: s
     sized = sizes(scheme, entries, facts)
 
     expert_tensors: dict[str, list[int]] = {}
-    dense, expert_bytes = [], []
+    dense = []
     for i, layer in enumerate(fam.layers):
         own = 0
         for t in layer.tensors:
@@ -108,8 +106,7 @@ def read_hf(config_path: Path, weights: str, name: str | None = None, kv_type: s
             else:
                 own += size
         dense.append(own)
-        total = sum(v[i] for v in expert_tensors.values())
-        expert_bytes.append(-(-total // layer.experts) if layer.experts else 0)
+    expert_bytes = per_expert_bytes(expert_tensors, [layer.experts for layer in fam.layers])
 
     first = sized.by_name["token_embd.weight"]
     last = sized.by_name.get("output.weight", first) + sized.by_name["output_norm.weight"]

@@ -12,10 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from solver.importers.ggmltypes import STATE_ELEMENT_BYTES
 from solver.importers.hfconfig import Config
-
-#: Bytes per element of llama.cpp's recurrent (linear-attention) state: F32.
-STATE_ELEMENT_BYTES = 4
 
 
 @dataclass(frozen=True)
