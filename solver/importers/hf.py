@@ -29,6 +29,7 @@ from solver.importers.quant import Facts
 
 
 def _default_name(data: dict[str, Any], path: Path) -> str:
+    """The model's name: the config's ``_name_or_path``, the cached repository's, else the folder's."""
     named = data.get("_name_or_path")
     if isinstance(named, str) and named.strip():
         return named.rstrip("/").split("/")[-1]

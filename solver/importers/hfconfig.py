@@ -33,9 +33,11 @@ class Config:
         return f"{self.kv_name} KV cache ({kind.size} B per {per})"
 
     def has(self, key: str) -> bool:
+        """Whether the config sets ``key`` (a null counts as unset)."""
         return self.data.get(key) is not None
 
     def int(self, key: str, default: int | None = None) -> int:
+        """A whole number >= 0 up to COUNT_MAX; required when ``default`` is None."""
         value = self.get(key, default)
         if value is None:
             raise InputError(self.shown, f"missing (a {self.type} config needs it)", key=key)
@@ -90,6 +92,7 @@ class Config:
         return list(value[:n])
 
     def get(self, key: str, default: Any = None) -> Any:
+        """The value of ``key``, ``default`` when unset or null."""
         value = self.data.get(key)
         return default if value is None else value
 

@@ -33,6 +33,7 @@ def _sparse_qwen(c: Config, n: int) -> list[bool]:
 
 
 def _qwen3moe(c: Config, n: int) -> Family:
+    """Qwen3 MoE: GQA with q/k norms; MoE layers by ``decoder_sparse_step``; no shared expert."""
     h, e = c.int("hidden_size"), c.experts("num_experts")
     moe = _sparse_qwen(c, n)
     layers = []
@@ -53,6 +54,7 @@ def _shared_expert(h: int, width: int) -> list[Tensor]:
 
 
 def _qwen2moe(c: Config, n: int) -> Family:
+    """Qwen2 MoE: GQA with q/k/v biases, a gated shared expert (when configured) in each MoE layer."""
     h, e = c.int("hidden_size"), c.experts("num_experts")
     moe = _sparse_qwen(c, n)
     shared = c.int("shared_expert_intermediate_size", 0)
@@ -118,10 +120,12 @@ def _qwen_hybrid(c: Config, n: int, split_ba: bool) -> Family:
 
 
 def _qwen3next(c: Config, n: int) -> Family:
+    """Qwen3-Next: one ``ssm_ba`` tensor, no MTP blocks kept."""
     return _qwen_hybrid(c, n, split_ba=False)
 
 
 def _qwen35moe(c: Config, n: int) -> Family:
+    """Qwen3.5/3.6 MoE: ``ssm_beta`` and ``ssm_alpha``, MTP blocks kept."""
     return _qwen_hybrid(c, n, split_ba=True)
 
 
@@ -165,6 +169,7 @@ def _deepseek(c: Config, n: int) -> Family:
 
 
 def _glm4moe(c: Config, n: int) -> Family:
+    """GLM-4 MoE (``glm4_moe``): leading dense layers, a routing bias, shared experts, MTP blocks kept."""
     h, e = c.int("hidden_size"), c.experts("n_routed_experts")
     k = c.int("first_k_dense_replace", 0)
     shared = c.int("n_shared_experts", 0) * c.int("moe_intermediate_size")
@@ -191,6 +196,7 @@ def _glm4moe(c: Config, n: int) -> Family:
 
 
 def _gptoss(c: Config, n: int) -> Family:
+    """gpt-oss: sliding-window and full attention with sinks, biased experts, every layer MoE."""
     h, e = c.int("hidden_size"), c.experts("num_local_experts")
     types = c.per_layer_list("layer_types", n, ("sliding_attention", "full_attention")) or [
         "sliding_attention" if i % 2 == 0 else "full_attention" for i in range(n)
@@ -218,6 +224,7 @@ def _gptoss(c: Config, n: int) -> Family:
 
 
 def _mixtral(c: Config, n: int) -> Family:
+    """Mixtral: every layer MoE, full or sliding-window attention throughout."""
     h, e = c.int("hidden_size"), c.experts("num_local_experts")
     kind = "sliding" if c.has("sliding_window") else "full"
     ffn = [router(h, e), *experts(h, e, c.int("intermediate_size"))]

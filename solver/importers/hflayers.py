@@ -41,6 +41,7 @@ def vec(name: str, n: int, expert: bool = False) -> Tensor:
 
 
 def head_dim(c: Config) -> int:
+    """``head_dim``, else hidden_size / num_attention_heads."""
     return c.int("head_dim", c.int("hidden_size") // max(c.int("num_attention_heads"), 1))
 
 
@@ -141,6 +142,7 @@ def gated_deltanet(c: Config, split_ba: bool) -> tuple[list[Tensor], int]:
 
 
 def mlp(h: int, width: int, suffix: str = "") -> list[Tensor]:
+    """A gated MLP of ``width`` (``suffix`` ``_shexp`` for a shared expert)."""
     return [
         Tensor(f"ffn_gate{suffix}", "matrix", (width, h)),
         Tensor(f"ffn_up{suffix}", "matrix", (width, h)),
@@ -149,6 +151,7 @@ def mlp(h: int, width: int, suffix: str = "") -> list[Tensor]:
 
 
 def experts(h: int, n: int, width: int, bias: bool = False) -> list[Tensor]:
+    """``n`` routed experts of ``width``, merged per projection as llama.cpp stores them."""
     out = [
         Tensor("ffn_gate_exps", "expert", (n, width, h), True),
         Tensor("ffn_up_exps", "expert", (n, width, h), True),
@@ -164,10 +167,12 @@ def experts(h: int, n: int, width: int, bias: bool = False) -> list[Tensor]:
 
 
 def router(h: int, e: int) -> Tensor:
+    """The router: one row of ``h`` weights per routed expert."""
     return Tensor("ffn_gate_inp", "router", (e, h))
 
 
 def norms(h: int) -> list[Tensor]:
+    """The layer's two norms, before attention and before the MLP."""
     return [vec("attn_norm", h), vec("ffn_norm", h)]
 
 
