@@ -34,6 +34,11 @@ LLAMA4_CHUNK = 8192
 LLAMA4_PATTERN = 4
 
 
+def _swa_cells(window: int) -> int:
+    """llama.cpp's SWA (or chunked) cache cells, one sequence: GGML_PAD(window + n_ubatch, SWA_PAD)."""
+    return -(-(window + DEFAULT_N_UBATCH) // SWA_PAD) * SWA_PAD
+
+
 def _row_bytes(elements: int, kv_type: str) -> int:
     """llama.cpp's bytes for one cache row of ``elements`` values (ggml_row_size), whole blocks."""
     return row_bytes(KV_TYPES[kv_type], elements)
@@ -61,7 +66,7 @@ def attention(
     state_text = ""
     if meta.arch == "gpt-oss":
         window = meta.int("attention.sliding_window")
-        cells = -(-(window + DEFAULT_N_UBATCH) // SWA_PAD) * SWA_PAD
+        cells = _swa_cells(window)
         for il in range(0, layers, 2):
             base[il], fixed[il], per_token[il] = "sliding", cells * per_token[il], 0
         state_text = (
@@ -70,7 +75,7 @@ def attention(
             f" = {cells} cells x the KV per token, one sequence"
         )
     elif meta.arch == "llama4" and meta.metadata.get(meta.key("attention.sliding_window")) != 0:
-        cells = -(-(LLAMA4_CHUNK + DEFAULT_N_UBATCH) // SWA_PAD) * SWA_PAD
+        cells = _swa_cells(LLAMA4_CHUNK)
         for il in range(layers):
             if il % LLAMA4_PATTERN < LLAMA4_PATTERN - 1:
                 base[il], fixed[il], per_token[il] = "chunked", cells * per_token[il], 0
