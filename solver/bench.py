@@ -725,8 +725,9 @@ def bench(
     """Time table build, arcs, CP-SAT, DP, exhaustive and end to end on rigs (default: rigs/*.yaml here)."""
     from rich.console import Console
 
-    from solver.cli import EXIT_INPUT, default_workers
+    from solver.cli import default_workers
     from solver.errors import InputError
+    from solver.exitcodes import ExitCode
     from solver.problem import Overrides, load_problem
 
     def load(path: Path) -> Any:
@@ -744,7 +745,7 @@ def bench(
         problems = [load(path) for path in paths]
     except InputError as exc:
         click.echo(str(exc), err=True)
-        sys.exit(EXIT_INPUT)
+        sys.exit(ExitCode.INPUT)
     settings = Settings(repeat, budget, workers or default_workers(), exhaustive_limit)
     err = Console(stderr=True)
     show = err.is_terminal and not as_json

@@ -22,6 +22,7 @@ from solver.config import shown_path
 from solver.console import console as make_console
 from solver.engines import ENGINES, engine_named, plan_lines
 from solver.errors import InputError
+from solver.exitcodes import ExitCode
 from solver.export import check_export_engine
 from solver.kvcache import KV_TYPES
 from solver.model_cli import model_group, rig_group
@@ -35,15 +36,14 @@ from solver.solvers import Limits
 if TYPE_CHECKING:
     from solver.planner import Result
 
-EXIT_INPUT, EXIT_NO_PLAN, EXIT_DISAGREE = 2, 3, 4
-#: The statuses that come with a plan; any other (infeasible, unknown) exits EXIT_NO_PLAN.
+#: The statuses that come with a plan; any other (infeasible, unknown) exits ExitCode.NO_PLAN.
 PLANNED = ("optimal", "feasible")
 
 
 class _UsageLine(click.ClickException):
     """Bad usage as one line, ``Error: ...``, exit 2."""
 
-    exit_code = EXIT_INPUT
+    exit_code = ExitCode.INPUT
 
 
 class _DefaultToPlan(click.Group):
@@ -302,7 +302,7 @@ def plan_cmd(
         warnings = doubts(problem)
     except InputError as exc:
         click.echo(str(exc), err=True)
-        sys.exit(EXIT_INPUT)
+        sys.exit(ExitCode.INPUT)
     progress, display = _progress(enabled=not as_json and sys.stderr.isatty())
     with display:
         result = plan_rig(
@@ -326,7 +326,7 @@ def plan_cmd(
             click.echo(f"wrote {shown_path(plot)}", err=True)
     except InputError as exc:
         click.echo(str(exc), err=True)
-        sys.exit(EXIT_INPUT)
+        sys.exit(ExitCode.INPUT)
     for warning in warnings:  # after the files are written: a failed write stays one line
         click.echo(str(warning), err=True)
     if as_json:
@@ -340,9 +340,9 @@ def plan_cmd(
             for line in flags:
                 click.echo(line)
     if result.plan is None or result.status not in PLANNED:
-        sys.exit(EXIT_NO_PLAN)
+        sys.exit(ExitCode.NO_PLAN)
     if result.oracle is not None and not result.oracle.agrees:
-        sys.exit(EXIT_DISAGREE)
+        sys.exit(ExitCode.DISAGREE)
 
 
 def _listed(value: str | None, parser: str) -> list | None:
@@ -397,13 +397,13 @@ def _sweep(
             click.echo(f"wrote {shown_path(plot)}", err=True)
     except InputError as exc:
         click.echo(str(exc), err=True)
-        sys.exit(EXIT_INPUT)
+        sys.exit(ExitCode.INPUT)
     if as_json:
         click.echo(json.dumps(report, indent=2))
     else:
         print_sweep(points, make_console())
     if all(pt.result.plan is None for pt in points):
-        sys.exit(EXIT_NO_PLAN)
+        sys.exit(ExitCode.NO_PLAN)
 
 
 def _export_lines(engine: str, result: Result, shell: str, fit_off: bool) -> list[str]:
@@ -413,7 +413,7 @@ def _export_lines(engine: str, result: Result, shell: str, fit_off: bool) -> lis
         return plan_lines(result.problem, result.plan, shell, fit_off)
     except ValueError as exc:
         click.echo(f"--export {engine}: {exc}", err=True)
-        sys.exit(EXIT_INPUT)
+        sys.exit(ExitCode.INPUT)
 
 
 @cli.command("probe")
@@ -449,10 +449,10 @@ def probe_cmd(
         reserve_bytes = parse_size(reserve)
     except ValueError as exc:
         click.echo(f"--reserve: {exc}", err=True)
-        sys.exit(EXIT_INPUT)
+        sys.exit(ExitCode.INPUT)
     if host is not None and not host.strip():
         click.echo("--host: is empty; name this machine, or leave --host out", err=True)
-        sys.exit(EXIT_INPUT)
+        sys.exit(ExitCode.INPUT)
     try:
         text = run(output, model, context, reserve_bytes, force, host=host, gpus_only=gpus_only)
     except ProbeError as exc:
@@ -554,12 +554,12 @@ def calibrate_cmd(
             llama_run(rig, model, benches, logs, flags, write, as_json, make_console())
     except InputError as exc:
         click.echo(str(exc), err=True)
-        sys.exit(EXIT_INPUT)
+        sys.exit(ExitCode.INPUT)
 
 
 def main() -> None:
     """``python -m solver.cli``: the CLI with Ctrl-C as one line and exit 130 (the ``solve`` script is
-    ``solver.interrupt.main``, which catches it from before these imports)."""
+    ``solver.__main__.main``, which catches it from before these imports)."""
     interrupt.run(cli)
 
 

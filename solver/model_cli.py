@@ -16,8 +16,8 @@ from solver.atomicfile import refuse_inputs, write_atomic
 from solver.config import host_problem, load_model, shown_path
 from solver.engines import DEFAULT_ENGINE, ENGINES, engine_named
 from solver.errors import InputError
+from solver.exitcodes import ExitCode
 
-EXIT_INPUT = 2
 KV_TYPES = ("f16", "q8_0", "q4_0")
 DEFAULT_CONTEXT, DEFAULT_RESERVE = 32768, "700 MiB"
 
@@ -49,7 +49,7 @@ def _command(words: list[object], options: dict[str, object]) -> str:
 
 def _fail(message: str) -> None:
     click.echo(message, err=True)
-    sys.exit(EXIT_INPUT)
+    sys.exit(ExitCode.INPUT)
 
 
 _OUTPUT = click.option(

@@ -22,11 +22,10 @@ from solver.atomicfile import output_kind, write_atomic
 from solver.cards import AmbiguousCard, Card, find_card
 from solver.config import load_model, shown_path
 from solver.errors import InputError
+from solver.exitcodes import ExitCode
 from solver.problem import REFERENCE_GHZ, REFERENCE_LAYER_MS, REFERENCE_SMS, estimate_layer_ms
 
 MIB = 2**20
-#: Exit codes: 1 when there is nothing to probe (no package, driver or GPU), 2 for bad input.
-EXIT_NO_GPU, EXIT_INPUT = 1, 2
 
 #: FP32 CUDA cores per SM by compute capability, as in NVIDIA's cuda-samples (helper_cuda.h,
 #: _ConvertSMVer2Cores). NVML reports CUDA cores (nvmlDeviceGetNumGpuCores), not SMs; this turns them
@@ -55,7 +54,7 @@ CORES_PER_SM: dict[tuple[int, int], int] = {
 class ProbeError(Exception):
     """The probe cannot go on: one line for the user, and the exit code."""
 
-    def __init__(self, message: str, code: int = EXIT_NO_GPU):
+    def __init__(self, message: str, code: int = ExitCode.NO_GPU):
         super().__init__(message)
         self.code = code
 
@@ -253,7 +252,7 @@ def visible_order(spec: str, uuids: list[str | None]) -> list[int]:
         if problem is None and index in order:
             problem = "names a GPU already listed"
         if problem is not None:
-            raise ProbeError(f"CUDA_VISIBLE_DEVICES={spec}: entry {entry!r} {problem}", EXIT_INPUT)
+            raise ProbeError(f"CUDA_VISIBLE_DEVICES={spec}: entry {entry!r} {problem}", ExitCode.INPUT)
         order.append(index)
     return order
 
@@ -440,20 +439,20 @@ def run(
 ) -> str:
     """Probe, write the rig to ``output`` (or return it for stdout); report to stderr. Raises ProbeError."""
     if output is not None and output.exists() and not force:
-        raise ProbeError(f"{shown_path(output)}: already exists (give --force to overwrite)", EXIT_INPUT)
+        raise ProbeError(f"{shown_path(output)}: already exists (give --force to overwrite)", ExitCode.INPUT)
     if output is not None:
         try:
             output_kind(output, shown_path(output))
         except InputError as exc:
-            raise ProbeError(str(exc), EXIT_INPUT) from None
+            raise ProbeError(str(exc), ExitCode.INPUT) from None
     if reserve % MIB:
-        raise ProbeError(f"--reserve: give whole MiB, got {reserve} bytes", EXIT_INPUT)
+        raise ProbeError(f"--reserve: give whole MiB, got {reserve} bytes", ExitCode.INPUT)
     model_ref = None
     if model is not None:
         try:
             load_model(model)
         except InputError as exc:
-            raise ProbeError(str(exc), EXIT_INPUT) from None
+            raise ProbeError(str(exc), ExitCode.INPUT) from None
         model_ref = _model_ref(model, output)
     visible = visible_devices(env)
     gpus, driver = probe(nvml if nvml is not None else load_nvml(), visible)
@@ -481,6 +480,6 @@ def run(
         try:
             write_atomic(output, shown_path(output), text)
         except InputError as exc:
-            raise ProbeError(str(exc), EXIT_INPUT) from None
+            raise ProbeError(str(exc), ExitCode.INPUT) from None
         click.echo(f"wrote {shown_path(output)}", err=True)
     return text

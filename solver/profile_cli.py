@@ -19,6 +19,7 @@ import numpy as np
 from solver.atomicfile import refuse_inputs, write_atomic
 from solver.config import load_model, shown_path
 from solver.errors import InputError
+from solver.exitcodes import ExitCode
 from solver.options import Finite
 from solver.profile import Profile, check_against, read_profile, strp_bytes, write_text
 from solver.profilestats import (
@@ -32,7 +33,6 @@ from solver.profilestats import (
 )
 from solver.synth import SynthParams, synth_profile
 
-EXIT_INPUT = 2
 F = TypeVar("F", bound=Callable[..., Any])
 OutPath = click.Path(path_type=Path, dir_okay=False)
 
@@ -46,7 +46,7 @@ def _input_errors(fn: F) -> F:
             return fn(*args, **kwargs)
         except InputError as exc:
             click.echo(str(exc), err=True)
-            sys.exit(EXIT_INPUT)
+            sys.exit(ExitCode.INPUT)
 
     return wrapper  # type: ignore[return-value]
 

@@ -23,11 +23,9 @@ import click
 from solver import interrupt
 from solver.engines import ENGINES, engine_of, plan_lines
 from solver.errors import ArgsError, InputError
+from solver.exitcodes import ExitCode
 from solver.options import SECONDS
 from solver.planner import Result
-
-EXIT_INPUT = 2
-
 
 #: An argument that is a whole line of an export: a comment, flags, a variable, or an engine's command.
 EXPORT_LINE = re.compile(r"\s*(#|-|export\s|[A-Za-z_]\w*=|(llama-server|rpc-server|vllm|python3?)\s)")
@@ -105,17 +103,17 @@ def score(
     words = command_words(list(command))
     if not words:
         click.echo("score: give the command after --, e.g. solve score RIG -- -ngl 99 -ts 3,1", err=True)
-        sys.exit(EXIT_INPUT)
+        sys.exit(ExitCode.INPUT)
     try:
         problem = load_problem(rig, Overrides(model=model, profile=profile, engine=engine))
         runner = engine_of(problem)
         scored = runner.score(problem, runner.read_command(words))
     except InputError as exc:
         click.echo(str(exc), err=True)
-        sys.exit(EXIT_INPUT)
+        sys.exit(ExitCode.INPUT)
     except ArgsError as exc:
         click.echo(f"score: {exc}", err=True)
-        sys.exit(EXIT_INPUT)
+        sys.exit(ExitCode.INPUT)
     limits = Limits(time_limit=time_limit, workers=workers or default_workers(), started=started)
     result = plan_rig(scored.problem, limits)
     export = plan_export(result)
