@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from solver import interrupt
+from solver.cli.options import SECONDS, Finite
 from solver.engines import ENGINES
-from solver.options import SECONDS, Finite
 
 if TYPE_CHECKING:  # the plan command imports this module: keep its start-up light
     from rich.console import Console
@@ -725,7 +725,7 @@ def bench(
     """Time table build, arcs, CP-SAT, DP, exhaustive and end to end on rigs (default: rigs/*.yaml here)."""
     from rich.console import Console
 
-    from solver.cli import default_workers
+    from solver.cli.options import default_workers
     from solver.errors import InputError
     from solver.exitcodes import ExitCode
     from solver.problem import Overrides, load_problem
