@@ -98,6 +98,6 @@ def calibrate_cmd(
 
         suggest_run(rig, model, as_json, make_console())
     else:
-        from solver.calibrate_llama import run as llama_run
+        from solver.calibrate_llama_report import run as llama_run
 
         llama_run(rig, model, benches, logs, flags, write, as_json, make_console())
