@@ -32,8 +32,12 @@ def cli() -> None:
     """
 
 
-for command in (profile_group, model_group, rig_group, plan_cmd, probe_cmd, calibrate_cmd):
-    cli.add_command(command)
+cli.add_command(plan_cmd)
+cli.add_command(probe_cmd)
+cli.add_command(calibrate_cmd)
+cli.add_command(profile_group)
+cli.add_command(model_group)
+cli.add_command(rig_group)
 
 
 def main() -> None:
