@@ -14,11 +14,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from solver.cards import AmbiguousCard, Card, find_card
+from solver.exitcodes import ExitCode
 from solver.problem import estimate_layer_ms
 
 MIB = 2**20
-#: Exit codes: 1 when there is nothing to probe (no package, driver or GPU), 2 for bad input.
-EXIT_NO_GPU, EXIT_INPUT = 1, 2
 
 #: FP32 CUDA cores per SM by compute capability, as in NVIDIA's cuda-samples (helper_cuda.h,
 #: _ConvertSMVer2Cores). NVML reports CUDA cores (nvmlDeviceGetNumGpuCores), not SMs; this turns them
@@ -47,7 +46,7 @@ CORES_PER_SM: dict[tuple[int, int], int] = {
 class ProbeError(Exception):
     """The probe cannot go on: one line for the user, and the exit code."""
 
-    def __init__(self, message: str, code: int = EXIT_NO_GPU):
+    def __init__(self, message: str, code: int = ExitCode.NO_GPU):
         super().__init__(message)
         self.code = code
 
@@ -234,7 +233,7 @@ def visible_order(spec: str, uuids: list[str | None]) -> list[int]:
         if problem is None and index in order:
             problem = "names a GPU already listed"
         if problem is not None:
-            raise ProbeError(f"CUDA_VISIBLE_DEVICES={spec}: entry {entry!r} {problem}", EXIT_INPUT)
+            raise ProbeError(f"CUDA_VISIBLE_DEVICES={spec}: entry {entry!r} {problem}", ExitCode.INPUT)
         order.append(index)
     return order
 

@@ -18,7 +18,8 @@ import click
 from solver.atomicfile import output_kind, write_atomic
 from solver.config import load_model, shown_path
 from solver.errors import InputError
-from solver.nvmlgpus import EXIT_INPUT, MIB, ProbeError, probe
+from solver.exitcodes import ExitCode
+from solver.nvmlgpus import MIB, ProbeError, probe
 from solver.proberig import problems, rig_yaml
 
 
@@ -63,20 +64,20 @@ def run(
 ) -> str:
     """Probe, write the rig to ``output`` (or return it for stdout); report to stderr. Raises ProbeError."""
     if output is not None and output.exists() and not force:
-        raise ProbeError(f"{shown_path(output)}: already exists (give --force to overwrite)", EXIT_INPUT)
+        raise ProbeError(f"{shown_path(output)}: already exists (give --force to overwrite)", ExitCode.INPUT)
     if output is not None:
         try:
             output_kind(output, shown_path(output))
         except InputError as exc:
-            raise ProbeError(str(exc), EXIT_INPUT) from None
+            raise ProbeError(str(exc), ExitCode.INPUT) from None
     if reserve % MIB:
-        raise ProbeError(f"--reserve: give whole MiB, got {reserve} bytes", EXIT_INPUT)
+        raise ProbeError(f"--reserve: give whole MiB, got {reserve} bytes", ExitCode.INPUT)
     model_ref = None
     if model is not None:
         try:
             load_model(model)
         except InputError as exc:
-            raise ProbeError(str(exc), EXIT_INPUT) from None
+            raise ProbeError(str(exc), ExitCode.INPUT) from None
         model_ref = _model_ref(model, output)
     visible = visible_devices(env)
     gpus, driver = probe(nvml if nvml is not None else load_nvml(), visible)
@@ -104,6 +105,6 @@ def run(
         try:
             write_atomic(output, shown_path(output), text)
         except InputError as exc:
-            raise ProbeError(str(exc), EXIT_INPUT) from None
+            raise ProbeError(str(exc), ExitCode.INPUT) from None
         click.echo(f"wrote {shown_path(output)}", err=True)
     return text
