@@ -5,7 +5,7 @@
 Writes N generation rows for RIG (default docs/examples/rtx5080.yaml: ``-ncmoe`` over the later three
 quarters of the layers, depths 0-16384, with and without an ``-ot`` rule on the last ten layers'
 ``ffn_gate_exps``; rates from the scorer at other constants, with 2% noise) to a temporary
-folder, then prints the medians of: the command in-process after its imports (``calibrate_llama.run``),
+folder, then prints the medians of: the command in-process after its imports (``calibrate_llama_report.run``),
 a fresh ``solve calibrate ... --json`` process, and a fresh process that only imports what the command
 imports (its start-up).
 """
@@ -23,7 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-from solver.calibrate_llama import at, load, run, weights_of
+from solver.calibrate_llama import at, load, weights_of
+from solver.calibrate_llama_report import run
 from solver.engines import engine_named
 from solver.engines.bandwidth import with_constants
 from solver.llamabench import Expect, read_bench, weight_bytes
@@ -106,7 +107,7 @@ def main() -> None:
             inside.append(time.perf_counter() - started)
         solve = [sys.executable, "-m", "solver.cli", "calibrate"]
         whole = [fresh([*solve, str(a.rig), "--llama-bench", str(path), "--json"]) for _ in range(a.repeat)]
-        imports = "import solver.cli, solver.calibrate_llama"
+        imports = "import solver.cli, solver.calibrate_llama_report"
         start = [fresh([sys.executable, "-c", imports]) for _ in range(a.repeat)]
     print(f"{a.rig}: {a.rows} rows, medians of {a.repeat}:")
     print(f"  in-process, after imports: {statistics.median(inside):.3f} s")

@@ -20,11 +20,11 @@ from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from solver.exitcodes import ExitCode
+
 if TYPE_CHECKING:  # imported before the CLI, so without CP-SAT's own import time
     from ortools.sat.python import cp_model
 
-#: The exit status of a run stopped by SIGINT: 128 + 2, as a shell reports a process the signal ended.
-EXIT_INTERRUPTED = 128 + signal.SIGINT
 #: How often the main thread asks a search to stop until it has (seconds): a search started just as the
 #: signal came may not have taken the first request.
 STOP_EVERY_S = 0.05
@@ -81,7 +81,7 @@ def run(command: Callable[[], object]) -> None:
     except (Interrupted, KeyboardInterrupt):
         sys.stderr.write("interrupted\n")
         sys.stderr.flush()
-        sys.exit(EXIT_INTERRUPTED)
+        sys.exit(ExitCode.INTERRUPTED)
 
 
 #: When the ``solve`` console script started (None: not run as the script, or already taken), so that
@@ -89,24 +89,17 @@ def run(command: Callable[[], object]) -> None:
 _started: float | None = None
 
 
+def start_clock() -> None:
+    """Note the script's start time, for the first command's ``take_start``."""
+    global _started
+    _started = time.perf_counter()
+
+
 def take_start() -> float | None:
     """The script's start time, once: a later command in the same process starts its own clock."""
     global _started
     started, _started = _started, None
     return started
-
-
-def main() -> None:
-    """The ``solve`` console script: the handler goes in before the CLI's imports, which take a while."""
-    global _started
-    _started = time.perf_counter()
-
-    def command() -> None:
-        from solver.cli import cli
-
-        cli()
-
-    run(command)
 
 
 def solve(

@@ -1,17 +1,14 @@
 """``solve probe``: read the local NVIDIA GPUs through NVML and write a rig file the user can edit.
 
 NVML comes from the optional package ``nvidia-ml-py`` (imported as ``pynvml``, extra ``moesplit[gpu]``).
-Every function here takes that module as an argument, so tests drive a fake one; only ``load_nvml``
-imports the real package, and only when ``solve probe`` runs.
+``solver.nvmlgpus`` reads the GPUs from that module, given as an argument so tests drive a fake one;
+``solver.proberig`` writes the rig. Only ``load_nvml`` imports the real package, and only when ``solve
+probe`` runs.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
-import re
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -19,93 +16,11 @@ from typing import Any
 import click
 
 from solver.atomicfile import output_kind, write_atomic
-from solver.cards import AmbiguousCard, Card, find_card
 from solver.config import load_model, shown_path
 from solver.errors import InputError
-from solver.problem import REFERENCE_GHZ, REFERENCE_LAYER_MS, REFERENCE_SMS, estimate_layer_ms
-
-MIB = 2**20
-#: Exit codes: 1 when there is nothing to probe (no package, driver or GPU), 2 for bad input.
-EXIT_NO_GPU, EXIT_INPUT = 1, 2
-
-#: FP32 CUDA cores per SM by compute capability, as in NVIDIA's cuda-samples (helper_cuda.h,
-#: _ConvertSMVer2Cores). NVML reports CUDA cores (nvmlDeviceGetNumGpuCores), not SMs; this turns them
-#: back into SMs. Capabilities missing here fall through to the name table.
-CORES_PER_SM: dict[tuple[int, int], int] = {
-    (5, 0): 128,
-    (5, 2): 128,
-    (5, 3): 128,
-    (6, 0): 64,
-    (6, 1): 128,
-    (6, 2): 128,
-    (7, 0): 64,
-    (7, 2): 64,
-    (7, 5): 64,
-    (8, 0): 64,
-    (8, 6): 128,
-    (8, 7): 128,
-    (8, 9): 128,
-    (9, 0): 128,
-    (10, 0): 128,
-    (10, 1): 128,
-    (12, 0): 128,
-}
-
-
-class ProbeError(Exception):
-    """The probe cannot go on: one line for the user, and the exit code."""
-
-    def __init__(self, message: str, code: int = EXIT_NO_GPU):
-        super().__init__(message)
-        self.code = code
-
-
-@dataclass
-class GpuInfo:
-    """What NVML told about one GPU; None where it could not say, with the reason in ``notes``."""
-
-    index: int
-    name: str | None = None
-    uuid: str | None = None
-    bus_id: str | None = None
-    total: int | None = None
-    free: int | None = None
-    memory_api: str | None = None
-    clock_mhz: int | None = None
-    sms: int | None = None
-    sms_source: str | None = None
-    pcie_gen: int | None = None
-    pcie_width: int | None = None
-    pcie_max: tuple[int, int] | None = None
-    card: Card | None = None
-    notes: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def short_name(self) -> str:
-        return short_name(self.name) if self.name else f"GPU {self.index}"
-
-    @property
-    def rig_name(self) -> str:
-        """The name the rig gives the GPU: the card table's, which says which card of a name NVML shares
-        between memory sizes it is (``RTX 3060 12GB``), else NVML's short name."""
-        return self.card.name if self.card is not None else self.short_name
-
-    @property
-    def clock_ghz(self) -> float | None:
-        return None if self.clock_mhz is None else self.clock_mhz / 1000.0
-
-    @property
-    def layer_ms(self) -> float | None:
-        if self.sms is None or self.clock_ghz is None:
-            return None
-        return estimate_layer_ms(self.sms, self.clock_ghz)
-
-
-def short_name(name: str) -> str:
-    """``NVIDIA GeForce RTX 3060`` -> ``RTX 3060``; ``NVIDIA H200`` -> ``H200``."""
-    for prefix in ("NVIDIA ", "GeForce "):
-        name = name.removeprefix(prefix)
-    return name.strip()
+from solver.exitcodes import ExitCode
+from solver.nvmlgpus import MIB, ProbeError, probe
+from solver.proberig import problems, rig_yaml
 
 
 def load_nvml() -> ModuleType:
@@ -117,297 +32,6 @@ def load_nvml() -> ModuleType:
             "solve probe needs NVML bindings: pip install 'moesplit[gpu]' (the nvidia-ml-py package)"
         ) from None
     return pynvml
-
-
-def _text(value: Any) -> str:
-    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
-
-
-def _try(nvml: Any, fn_name: str, *args: Any, **kwargs: Any) -> tuple[Any, str | None]:
-    """Call ``nvml.fn_name``; (value, None), or (None, why not) when it is missing or raises NVMLError."""
-    fn = getattr(nvml, fn_name, None)
-    if fn is None:
-        return None, f"this nvidia-ml-py has no {fn_name}"
-    try:
-        return fn(*args, **kwargs), None
-    except nvml.NVMLError as exc:
-        return None, f"{fn_name}: {exc}"
-
-
-def _memory(nvml: Any, handle: Any, gpu: GpuInfo) -> None:
-    """Total and free bytes: memory info v2 (free excludes driver-reserved memory), else v1."""
-    version = getattr(nvml, "nvmlMemory_v2", None)
-    if version is not None:
-        try:
-            mem, _why = _try(nvml, "nvmlDeviceGetMemoryInfo", handle, version=version)
-        except TypeError:  # an nvidia-ml-py whose nvmlDeviceGetMemoryInfo takes no version
-            mem = None
-        if mem is not None:
-            gpu.total, gpu.free, gpu.memory_api = int(mem.total), int(mem.free), "v2"
-            return
-    mem, why = _try(nvml, "nvmlDeviceGetMemoryInfo", handle)
-    if mem is None:
-        gpu.notes["free"] = str(why)
-        return
-    gpu.total, gpu.free, gpu.memory_api = int(mem.total), int(mem.free), "v1"
-
-
-def _table_card(gpu: GpuInfo) -> None:
-    """The card table's entry for the GPU, by NVML's name and, where the name is shared between memory
-    sizes (an RTX 3060 has 8 or 12 GB), by NVML's total memory."""
-    if gpu.name is None:
-        return
-    try:
-        gpu.card = find_card(gpu.name, None if gpu.total is None else gpu.total // MIB)
-    except AmbiguousCard as exc:
-        gpu.notes["card"] = str(exc)
-
-
-def _sms(nvml: Any, handle: Any, gpu: GpuInfo) -> None:
-    """SM count: NVML's CUDA cores / cores per SM of the compute capability, else the card table."""
-    cores, why_cores = _try(nvml, "nvmlDeviceGetNumGpuCores", handle)
-    cc, why_cc = _try(nvml, "nvmlDeviceGetCudaComputeCapability", handle)
-    if cores is not None and cc is not None:
-        cc = (int(cc[0]), int(cc[1]))
-        per = CORES_PER_SM.get(cc)
-        if per and cores > 0 and cores % per == 0:
-            gpu.sms = cores // per
-            gpu.sms_source = f"NVML: {cores} CUDA cores / {per} per SM at compute {cc[0]}.{cc[1]}"
-            return
-        why_cores = f"{cores} CUDA cores at compute {cc[0]}.{cc[1]} do not give a known SM count"
-    if gpu.card is not None and gpu.card.sms is not None:
-        gpu.sms = gpu.card.sms
-        gpu.sms_source = "moesplit's table by name"
-        return
-    reason = why_cores or why_cc
-    table = gpu.notes.get("card") or f"{gpu.short_name!r} is not in the table"
-    gpu.notes["sms"] = f"NVML does not report SMs ({reason}) and {table}"
-
-
-def read_gpu(nvml: Any, index: int) -> GpuInfo:
-    """Everything the rig needs about NVML device ``index``; a field NVML cannot give is noted, not fatal."""
-    gpu = GpuInfo(index=index)
-    handle, why = _try(nvml, "nvmlDeviceGetHandleByIndex", index)
-    if handle is None:
-        for key in ("name", "free", "sms", "clock_ghz"):
-            gpu.notes[key] = str(why)
-        return gpu
-    name, why = _try(nvml, "nvmlDeviceGetName", handle)
-    if name is None:
-        gpu.notes["name"] = str(why)
-    else:
-        gpu.name = _text(name)
-    uuid, why = _try(nvml, "nvmlDeviceGetUUID", handle)
-    gpu.uuid = None if uuid is None else _text(uuid)
-    if uuid is None:
-        gpu.notes["uuid"] = str(why)
-    pci, why = _try(nvml, "nvmlDeviceGetPciInfo", handle)
-    gpu.bus_id = None if pci is None else _text(pci.busId)
-    if pci is None:
-        gpu.notes["bus_id"] = str(why)
-    _memory(nvml, handle, gpu)
-    _table_card(gpu)
-    clock, why = _try(nvml, "nvmlDeviceGetMaxClockInfo", handle, getattr(nvml, "NVML_CLOCK_SM", 1))
-    if clock:
-        gpu.clock_mhz = int(clock)
-    else:
-        gpu.notes["clock_ghz"] = str(why or "NVML reports a max SM clock of 0 MHz")
-    _sms(nvml, handle, gpu)
-    gen, why_gen = _try(nvml, "nvmlDeviceGetCurrPcieLinkGeneration", handle)
-    width, why_width = _try(nvml, "nvmlDeviceGetCurrPcieLinkWidth", handle)
-    gpu.pcie_gen = None if gen is None else int(gen)
-    gpu.pcie_width = None if width is None else int(width)
-    if gen is None or width is None:
-        gpu.notes["pcie"] = str(why_gen or why_width)
-    # An idle card may train its link down; the maximum says what the slot can do.
-    max_gen, _ = _try(nvml, "nvmlDeviceGetMaxPcieLinkGeneration", handle)
-    max_width, _ = _try(nvml, "nvmlDeviceGetMaxPcieLinkWidth", handle)
-    if max_gen is not None and max_width is not None:
-        gpu.pcie_max = (int(max_gen), int(max_width))
-    return gpu
-
-
-def visible_order(spec: str, uuids: list[str | None]) -> list[int]:
-    """NVML indices in ``CUDA_VISIBLE_DEVICES`` order: entries are indices or (prefixes of) GPU- UUIDs.
-
-    CUDA silently hides an invalid entry and everything after it; a planner must not plan a different
-    set of cards than the engine will see, so an entry that names no GPU (or one already named) is an error.
-    """
-    n = len(uuids)
-    if not spec.strip():
-        raise ProbeError("CUDA_VISIBLE_DEVICES is set but empty: CUDA sees no GPU (unset it to probe all)")
-    order: list[int] = []
-    for raw in spec.split(","):
-        entry = raw.strip()
-        if re.fullmatch(r"\d+", entry):
-            index = int(entry)
-            problem = f"is beyond the {n} GPUs NVML sees (0-{n - 1})" if index >= n else None
-        elif entry[:4].upper() == "GPU-":
-            hits = [i for i, u in enumerate(uuids) if u and u.lower().startswith(entry.lower())]
-            index = hits[0] if len(hits) == 1 else -1
-            problem = None if len(hits) == 1 else ("matches no GPU's UUID" if not hits else "is ambiguous")
-        elif entry[:4].upper() == "MIG-":
-            index, problem = -1, "is a MIG device; solve probe plans whole GPUs"
-        else:
-            index, problem = -1, "is neither a GPU index nor a GPU- UUID"
-        if problem is None and index in order:
-            problem = "names a GPU already listed"
-        if problem is not None:
-            raise ProbeError(f"CUDA_VISIBLE_DEVICES={spec}: entry {entry!r} {problem}", EXIT_INPUT)
-        order.append(index)
-    return order
-
-
-def probe(nvml: Any, visible: str | None = None) -> tuple[list[GpuInfo], str | None]:
-    """Read the GPUs NVML sees, in ``visible`` (CUDA_VISIBLE_DEVICES) order when given; and the driver."""
-    try:
-        nvml.nvmlInit()
-    except nvml.NVMLError as exc:
-        raise ProbeError(_init_message(nvml, exc)) from None
-    try:
-        count, why = _try(nvml, "nvmlDeviceGetCount")
-        if count is None:
-            raise ProbeError(f"NVML cannot count the GPUs: {why}")
-        if count == 0:
-            raise ProbeError("NVML sees no NVIDIA GPU on this machine")
-        driver, _ = _try(nvml, "nvmlSystemGetDriverVersion")
-        if visible is None:
-            order = list(range(count))
-        else:
-            order = visible_order(visible, [_uuid(nvml, i) for i in range(count)])
-        return [read_gpu(nvml, i) for i in order], None if driver is None else _text(driver)
-    finally:
-        with contextlib.suppress(nvml.NVMLError):
-            nvml.nvmlShutdown()
-
-
-def _uuid(nvml: Any, index: int) -> str | None:
-    handle, _ = _try(nvml, "nvmlDeviceGetHandleByIndex", index)
-    uuid = None if handle is None else _try(nvml, "nvmlDeviceGetUUID", handle)[0]
-    return None if uuid is None else _text(uuid)
-
-
-def _init_message(nvml: Any, exc: Exception) -> str:
-    """One line for a failed nvmlInit: the missing library and the unloaded driver said plainly."""
-    kind = type(exc).__name__
-    if kind == "NVMLError_LibraryNotFound":
-        return "NVML library not found: no NVIDIA driver is installed here, so there is no GPU to probe"
-    if kind == "NVMLError_DriverNotLoaded":
-        return "the NVIDIA driver is not loaded (no GPU to probe): check nvidia-smi"
-    return f"NVML could not start: {exc}"
-
-
-# ---- the rig file -------------------------------------------------------------------------------------
-
-
-def _line(key: str, value: str, comment: str = "", indent: int = 4) -> str:
-    text = f"{' ' * indent}{key}: {value}"
-    return f"{text:<34} # {comment}" if comment else text
-
-
-def _gpu_lines(pos: int, gpu: GpuInfo, reserve_mib: int, host: str | None = None) -> list[str]:
-    where = [f"NVML index {gpu.index}"]
-    where.append(f"UUID {gpu.uuid}" if gpu.uuid else "UUID unknown")
-    where.append(f"PCI {gpu.bus_id}" if gpu.bus_id else "PCI bus id unknown")
-    if gpu.pcie_gen is not None and gpu.pcie_width is not None:
-        peak = f"; max gen {gpu.pcie_max[0]} x{gpu.pcie_max[1]}" if gpu.pcie_max else ""
-        where.append(f"PCIe gen {gpu.pcie_gen} x{gpu.pcie_width} (current link{peak})")
-    else:
-        where.append(f"PCIe link unknown ({gpu.notes.get('pcie', '')})")
-    lines = [f"  # GPU {pos}: " + ", ".join(where)]
-    lines.append(f"  - name: {json.dumps(gpu.rig_name)}")
-    if gpu.card is not None and gpu.rig_name != gpu.short_name:
-        total = "" if gpu.total is None else f", {gpu.total // MIB} MiB total"
-        lines.append(f"    #   NVML name {gpu.name!r}{total}: the card table's {gpu.rig_name!r}")
-    if host is not None:
-        lines.append(_line("host", json.dumps(host), "the machine this GPU is in"))
-    if gpu.free is not None:
-        total = f"{gpu.total // MIB} MiB total, " if gpu.total is not None else ""
-        note = f"free when probed ({total}NVML memory info {gpu.memory_api}); close other GPU programs first"
-        lines.append(_line("free", f"{gpu.free // MIB} MiB", note))
-    else:
-        lines.append(f"    # free: ?  EDIT: NVML could not read the memory ({gpu.notes.get('free')})")
-    lines.append(_line("reserve", f"{reserve_mib} MiB", "kept free on this card (the engine's default)"))
-    estimate = f"{REFERENCE_LAYER_MS}*({REFERENCE_SMS}*{REFERENCE_GHZ})/max(1, sms*clock_ghz)"
-    if gpu.layer_ms is not None:
-        lines.append(_line("layer_ms", f"{gpu.layer_ms:.4f}", f"estimate {estimate}"))
-        lines.append(f"    #   sms = {gpu.sms} ({gpu.sms_source})")
-        lines.append(f"    #   clock_ghz = {gpu.clock_ghz:.3f} (NVML max SM clock)")
-        return lines
-    lines.append(f"    # EDIT: layer_ms needs sms and clock_ghz (estimate {estimate}), or set layer_ms")
-    if gpu.sms is not None:
-        lines.append(_line("sms", str(gpu.sms), str(gpu.sms_source)))
-    else:
-        lines.append(f"    # sms: ?  EDIT: {gpu.notes.get('sms')}")
-    if gpu.clock_ghz is not None:
-        lines.append(_line("clock_ghz", f"{gpu.clock_ghz:.3f}", "NVML max SM clock"))
-    else:
-        why = gpu.notes.get("clock_ghz")
-        lines.append(f"    # clock_ghz: ?  EDIT: NVML could not read the max SM clock ({why})")
-    return lines
-
-
-def rig_yaml(
-    gpus: list[GpuInfo],
-    *,
-    visible: str | None,
-    model_ref: str | None,
-    context: int,
-    reserve_mib: int,
-    driver: str | None = None,
-    host: str | None = None,
-    gpus_only: bool = False,
-) -> str:
-    """A rig file for ``gpus`` in pipeline order, with what NVML said in comments.
-
-    ``host`` names the machine on every GPU; ``gpus_only`` gives just the ``gpus:`` list items, to append
-    to a rig of another machine (whose last key is ``gpus:``) so one rig spans several hosts.
-    """
-    items = [line for pos, gpu in enumerate(gpus) for line in _gpu_lines(pos, gpu, reserve_mib, host)]
-    if gpus_only:
-        where = f" on host {host}" if host else ""
-        return "\n".join([f"  # GPUs{where}, written by `solve probe --gpus-only`", *items]) + "\n"
-    head = ["# Rig written by `solve probe` from NVML" + (f" (driver {driver})." if driver else ".")]
-    if visible is None:
-        head.append("# GPUs in NVML order (PCI bus order, as nvidia-smi numbers them).")
-    else:
-        head.append(f"# GPUs in CUDA_VISIBLE_DEVICES order ({visible}).")
-    uuids = [g.uuid for g in gpus]
-    if all(uuids):
-        head += [
-            "# CUDA numbers GPUs fastest-first unless CUDA_DEVICE_ORDER=PCI_BUS_ID; to run the engine on",
-            "# the GPUs in exactly this order, start it with:",
-            f"#   CUDA_VISIBLE_DEVICES={','.join(str(u) for u in uuids)}",
-        ]
-    head.append("# Check every line marked EDIT before planning.")
-    if model_ref is not None:
-        model = [f"model: {json.dumps(model_ref)}"]
-    else:
-        model = [
-            "# model: path/to/model.yaml     # EDIT: your model file, relative to this file",
-            "#                                 (or give it to solve as --model FILE)",
-        ]
-    body = [
-        _line("context", str(context), "EDIT: tokens of KV cache per full-attention layer", 0),
-        _line("miss_ms", "190", "the engine's default cost of a cache miss", 0),
-        _line("first_stage_min_layers", "2", "the engine keeps at least 2 layers on the first card", 0),
-        "gpus:",
-        *items,
-    ]
-    return "\n".join(head + model + body) + "\n"
-
-
-def problems(gpus: list[GpuInfo]) -> list[str]:
-    """One line per field the user must fill in before the rig can be planned."""
-    out = []
-    for pos, gpu in enumerate(gpus):
-        if gpu.free is None:
-            out.append(f"gpus[{pos}] ({gpu.rig_name}): free memory unknown: {gpu.notes.get('free')}")
-        if gpu.sms is None:
-            out.append(f"gpus[{pos}] ({gpu.rig_name}): SM count unknown: {gpu.notes.get('sms')}")
-        if gpu.clock_mhz is None:
-            out.append(f"gpus[{pos}] ({gpu.rig_name}): max SM clock unknown: {gpu.notes.get('clock_ghz')}")
-    return out
 
 
 def visible_devices(env: dict[str, str] | None = None) -> str | None:
@@ -440,20 +64,20 @@ def run(
 ) -> str:
     """Probe, write the rig to ``output`` (or return it for stdout); report to stderr. Raises ProbeError."""
     if output is not None and output.exists() and not force:
-        raise ProbeError(f"{shown_path(output)}: already exists (give --force to overwrite)", EXIT_INPUT)
+        raise ProbeError(f"{shown_path(output)}: already exists (give --force to overwrite)", ExitCode.INPUT)
     if output is not None:
         try:
             output_kind(output, shown_path(output))
         except InputError as exc:
-            raise ProbeError(str(exc), EXIT_INPUT) from None
+            raise ProbeError(str(exc), ExitCode.INPUT) from None
     if reserve % MIB:
-        raise ProbeError(f"--reserve: give whole MiB, got {reserve} bytes", EXIT_INPUT)
+        raise ProbeError(f"--reserve: give whole MiB, got {reserve} bytes", ExitCode.INPUT)
     model_ref = None
     if model is not None:
         try:
             load_model(model)
         except InputError as exc:
-            raise ProbeError(str(exc), EXIT_INPUT) from None
+            raise ProbeError(str(exc), ExitCode.INPUT) from None
         model_ref = _model_ref(model, output)
     visible = visible_devices(env)
     gpus, driver = probe(nvml if nvml is not None else load_nvml(), visible)
@@ -481,6 +105,6 @@ def run(
         try:
             write_atomic(output, shown_path(output), text)
         except InputError as exc:
-            raise ProbeError(str(exc), EXIT_INPUT) from None
+            raise ProbeError(str(exc), ExitCode.INPUT) from None
         click.echo(f"wrote {shown_path(output)}", err=True)
     return text

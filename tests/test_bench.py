@@ -7,7 +7,9 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from solver.bench import Settings, measure, repeat_timed, sweep_problem
+from solver.bench.measure import measure
+from solver.bench.synthetic import sweep_problem
+from solver.bench.timing import Settings, repeat_timed
 from solver.cli import cli
 
 PIECES = {"read", "table", "arcs", "dp", "exhaustive", "cp-sat", "end-to-end"}
@@ -147,9 +149,9 @@ def test_bench_takes_several_rigs_after_one_option(write):
 
 
 def test_bench_without_rigs_says_where_it_looked(tmp_path, monkeypatch):
-    import solver.bench
+    import solver.cli.bench
 
-    monkeypatch.setattr(solver.bench, "RIG_DIRS", (tmp_path / "rigs", tmp_path / "elsewhere"))
+    monkeypatch.setattr(solver.cli.bench, "RIG_DIRS", (tmp_path / "rigs", tmp_path / "elsewhere"))
     res = run("--repeat", "1")
     assert res.exit_code == 2
     assert (
@@ -202,7 +204,7 @@ def test_sweep_over_hosts_in_a_free_order(write):
 def test_sweep_cards_come_from_the_kinds_of_each_host():
     import numpy as np
 
-    from solver.bench import CARDS, SweepShape
+    from solver.bench.synthetic import CARDS, SweepShape
 
     assert len({(c[1], c[2] * c[3]) for c in CARDS}) == len(CARDS) == 16  # every card its own kind
     p = sweep_problem(

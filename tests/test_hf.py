@@ -1,6 +1,6 @@
 """``read_hf``: every field of the seven fixture configs against arithmetic written out by hand here.
 
-Bits per weight used below (the table in solver/importers/hf.py): BF16 16, F32 32, Q8_0 34 B per 32,
+Bits per weight used below (the table in solver/importers/hfschemes.py): BF16 16, F32 32, Q8_0 34 B per 32,
 Q4_K 144 B per 256, Q6_K 210 B per 256, Q5_0 22 B per 32, MXFP4 17 B per 32, FP8 1 B + a 4-byte scale
 per 128 x 128 block.
 """

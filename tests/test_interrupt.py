@@ -20,6 +20,7 @@ from ortools.sat.python import cp_model
 
 from solver import interrupt
 from solver.atomicfile import atomic_open
+from solver.exitcodes import ExitCode
 
 #: Seconds a stopped run may take to exit: only catches a hang (a search left running).
 HANG_S = 20
@@ -118,7 +119,7 @@ def interrupt_when(args: list[str], reached: Callable[[int], bool], cwd: Path) -
 
 
 def check_interrupted(rc: int, out: str, err: str, folder: Path) -> None:
-    assert (rc, err) == (interrupt.EXIT_INTERRUPTED, "interrupted\n"), (rc, err[-2000:])
+    assert (rc, err) == (ExitCode.INTERRUPTED, "interrupted\n"), (rc, err[-2000:])
     assert rc == 130 and out == ""
     assert not (folder / "plan.json").exists()
     assert not [p.name for p in folder.iterdir() if p.name.endswith(".tmp")]

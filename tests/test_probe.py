@@ -15,7 +15,8 @@ from solver.cards import find_card
 from solver.cli import cli
 from solver.config import load_rig
 from solver.errors import InputError
-from solver.probe import ProbeError, probe, rig_yaml, visible_order
+from solver.nvmlgpus import visible_order
+from solver.probe import ProbeError, probe, rig_yaml
 from solver.problem import estimate_layer_ms
 
 MIB, GIB = 2**20, 2**30

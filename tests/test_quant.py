@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
+from solver.cli.model import KV_TYPES as CLI_KV_TYPES
 from solver.importers.ggmltypes import KV_TYPES, TYPES, row_bytes, tensor_bytes
 from solver.importers.quant import FTYPES, Facts, assign_types, category, quantizable
-from solver.model_cli import KV_TYPES as CLI_KV_TYPES
 
 H, W, E = 512, 256, 16
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
+from solver.errors import InputError
+
 
 @dataclass(frozen=True)
 class GgmlType:
@@ -58,6 +60,14 @@ TYPES: dict[str, GgmlType] = {
 
 #: llama.cpp's KV cache types (``-ctk``/``-ctv``) as the importers' ``--kv-type`` names them.
 KV_TYPES: dict[str, GgmlType] = {"f16": TYPES["F16"], "q8_0": TYPES["Q8_0"], "q4_0": TYPES["Q4_0"]}
+#: Bytes per element of llama.cpp's recurrent (linear-attention) state, which it holds in F32.
+STATE_ELEMENT_BYTES = TYPES["F32"].size
+
+
+def check_kv_type(shown: str, name: str) -> None:
+    """An importer's ``--kv-type``: one of KV_TYPES, else an InputError naming the file being read."""
+    if name not in KV_TYPES:
+        raise InputError(shown, f"unknown KV cache type {name!r} (expected one of {', '.join(KV_TYPES)})")
 
 
 def row_bytes(kind: GgmlType, elements: int) -> int:

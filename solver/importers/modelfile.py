@@ -64,8 +64,19 @@ MAX_LAYERS = 10_000
 #: Most routed experts a layer may have (published models have at most a few hundred).
 MAX_EXPERTS = 65_536
 
+#: What an importer's message says of an architecture it does not read.
+BY_HAND = "for another model write the model file by hand (docs/reference.md, 'The model file')"
+
 #: Width the per-layer lists are wrapped at.
 LINE_WIDTH = 100
+
+
+def per_expert_bytes(expert_tensors: dict[str, list[int]], experts: list[int]) -> list[int]:
+    """``expert_bytes``: each layer's expert tensors over its experts, rounded up (0 for a dense layer)."""
+    return [
+        -(-sum(column[il] for column in expert_tensors.values()) // n) if n else 0
+        for il, n in enumerate(experts)
+    ]
 
 
 def _mib(n: int) -> str:

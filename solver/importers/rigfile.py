@@ -98,7 +98,7 @@ def rig_yaml(
     if "sms" in rules.speed_keys:
         head.append(f"# layer_ms is estimated from sms and clock_ghz (the boost clock): {estimate}.")
     else:
-        head.append("# mem_bandwidth: the vendor's figure, which solver/cards.py cites per family.")
+        head.append("# mem_bandwidth: the vendor's figure, which solver/cards.yaml cites per family.")
     if model_ref is None:
         head.append(
             "# model: EDIT: name your model file here (relative to this file), or plan with --model FILE"

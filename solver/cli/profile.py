@@ -7,19 +7,17 @@ is the text format.
 
 from __future__ import annotations
 
-import functools
-import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 import numpy as np
 
 from solver.atomicfile import refuse_inputs, write_atomic
+from solver.cli.badinput import input_errors
+from solver.cli.options import PATH, Finite
 from solver.config import load_model, shown_path
 from solver.errors import InputError
-from solver.options import Finite
 from solver.profile import Profile, check_against, read_profile, strp_bytes, write_text
 from solver.profilestats import (
     SEED_LABEL,
@@ -32,23 +30,7 @@ from solver.profilestats import (
 )
 from solver.synth import SynthParams, synth_profile
 
-EXIT_INPUT = 2
-F = TypeVar("F", bound=Callable[..., Any])
 OutPath = click.Path(path_type=Path, dir_okay=False)
-
-
-def _input_errors(fn: F) -> F:
-    """Bad input ends the command with its one-line message on stderr and exit code 2."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except InputError as exc:
-            click.echo(str(exc), err=True)
-            sys.exit(EXIT_INPUT)
-
-    return wrapper  # type: ignore[return-value]
 
 
 def _note(text: str) -> None:
@@ -207,7 +189,7 @@ _D = SynthParams()
 )
 @click.option("--seed", type=click.IntRange(min=0), default=_D.seed, show_default=True, help="Random seed.")
 @click.option("-o", "--output", "out", type=OutPath, help="Write it here (.strp: STRP v1, else text).")
-@_input_errors
+@input_errors
 def synth_cmd(
     layers: int,
     experts: list[int],
@@ -268,12 +250,10 @@ def synth_cmd(
 
 
 @profile_group.command("convert")
-@click.argument("src", metavar="IN", type=click.Path(path_type=Path))
+@click.argument("src", metavar="IN", type=PATH)
 @click.argument("out", metavar="OUT", type=OutPath)
-@click.option(
-    "--model", type=click.Path(path_type=Path), help="Model file: checks the pairs, sets STRP's shape."
-)
-@_input_errors
+@click.option("--model", type=PATH, help="Model file: checks the pairs, sets STRP's shape.")
+@input_errors
 def convert_cmd(src: Path, out: Path, model: Path | None) -> None:
     """Convert a profile between text and STRP v1, by OUT's extension (.strp: STRP v1, else text).
 
@@ -290,12 +270,10 @@ def convert_cmd(src: Path, out: Path, model: Path | None) -> None:
 
 
 @profile_group.command("from-traces")
-@click.argument("traces", metavar="TRACE...", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.argument("traces", metavar="TRACE...", nargs=-1, required=True, type=PATH)
 @click.option("-o", "--output", "out", type=OutPath, required=True, help="Profile to write (.strp or text).")
-@click.option(
-    "--model", type=click.Path(path_type=Path), help="Model file: checks the pairs, sets STRP's shape."
-)
-@_input_errors
+@click.option("--model", type=PATH, help="Model file: checks the pairs, sets STRP's shape.")
+@input_errors
 def from_traces_cmd(traces: tuple[Path, ...], out: Path, model: Path | None) -> None:
     """Count routing events in routing dumps and write the pairs ranked by count, with counts.
 
@@ -330,9 +308,9 @@ def from_traces_cmd(traces: tuple[Path, ...], out: Path, model: Path | None) -> 
 
 
 @profile_group.command("show")
-@click.argument("file", type=click.Path(path_type=Path))
-@click.option("--model", type=click.Path(path_type=Path), help="Model file: checks the pairs against it.")
-@_input_errors
+@click.argument("file", type=PATH)
+@click.option("--model", type=PATH, help="Model file: checks the pairs against it.")
+@input_errors
 def show_cmd(file: Path, model: Path | None) -> None:
     """Summarise a profile: pairs, layers covered, and with counts how skewed the routing is."""
     from rich.table import Table

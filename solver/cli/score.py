@@ -14,20 +14,26 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import sys
 import time
 from pathlib import Path
 
 import click
 
 from solver import interrupt
-from solver.engines import ENGINES, engine_of, plan_lines
-from solver.errors import ArgsError, InputError
-from solver.options import SECONDS
+from solver.cli.badinput import fail, input_errors
+from solver.cli.options import (
+    MODEL,
+    PATH,
+    PROFILE,
+    SECONDS,
+    default_workers,
+    engine_option,
+    json_option,
+    workers_option,
+)
+from solver.engines import engine_of, plan_lines
+from solver.errors import ArgsError
 from solver.planner import Result
-
-EXIT_INPUT = 2
-
 
 #: An argument that is a whole line of an export: a comment, flags, a variable, or an engine's command.
 EXPORT_LINE = re.compile(r"\s*(#|-|export\s|[A-Za-z_]\w*=|(llama-server|rpc-server|vllm|python3?)\s)")
@@ -65,18 +71,15 @@ def plan_export(r: Result) -> list[str] | None:
     context_settings={"help_option_names": ["-h", "--help"]},
     epilog="Example: solve score rigs/llama-mix.yaml -- llama-server -m MODEL.gguf -ngl 99 --n-cpu-moe 60",
 )
-@click.argument("rig", type=click.Path(path_type=Path))
+@click.argument("rig", type=PATH)
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="-- COMMAND...")
-@click.option("--model", type=click.Path(path_type=Path), help="Model file, instead of the rig's.")
-@click.option("--profile", type=click.Path(path_type=Path), help="Routing profile, instead of the model's.")
-@click.option(
-    "--engine",
-    type=click.Choice(ENGINES),
-    help="The engine the command runs (default: the rig's, else strata).",
-)
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object: the score and the plan.")
+@MODEL
+@PROFILE
+@engine_option("The engine the command runs (default: the rig's, else strata).")
+@json_option("Print one JSON object: the score and the plan.")
 @click.option("--time-limit", type=SECONDS, help="Plan within SECONDS.")
-@click.option("--workers", type=click.IntRange(min=1), default=None, help="CP-SAT worker threads.")
+@workers_option()
+@input_errors
 def score(
     rig: Path,
     command: tuple[str, ...],
@@ -95,7 +98,6 @@ def score(
     the predicted tokens/s, and the plan's.
     """
     started = interrupt.take_start() or time.perf_counter()  # --time-limit counts the imports too
-    from solver.cli import default_workers
     from solver.console import console as make_console
     from solver.planner import plan_rig
     from solver.resolve import Overrides, load_problem
@@ -104,18 +106,13 @@ def score(
 
     words = command_words(list(command))
     if not words:
-        click.echo("score: give the command after --, e.g. solve score RIG -- -ngl 99 -ts 3,1", err=True)
-        sys.exit(EXIT_INPUT)
+        fail("score: give the command after --, e.g. solve score RIG -- -ngl 99 -ts 3,1")
+    problem = load_problem(rig, Overrides(model=model, profile=profile, engine=engine))
+    runner = engine_of(problem)
     try:
-        problem = load_problem(rig, Overrides(model=model, profile=profile, engine=engine))
-        runner = engine_of(problem)
         scored = runner.score(problem, runner.read_command(words))
-    except InputError as exc:
-        click.echo(str(exc), err=True)
-        sys.exit(EXIT_INPUT)
     except ArgsError as exc:
-        click.echo(f"score: {exc}", err=True)
-        sys.exit(EXIT_INPUT)
+        fail(f"score: {exc}")
     limits = Limits(time_limit=time_limit, workers=workers or default_workers(), started=started)
     result = plan_rig(scored.problem, limits)
     export = plan_export(result)

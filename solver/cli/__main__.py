@@ -1,0 +1,5 @@
+"""``python -m solver.cli`` runs the ``solve`` command."""
+
+from solver.cli import main
+
+main()

@@ -1,0 +1,103 @@
+"""``solve calibrate``: fit the planner's constants to measurements (llama.cpp runs, or Strata's
+expert-cache hit rates); the fitting lives in solver.calibrate_llama and solver.calibrate."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from solver.cli.badinput import input_errors
+from solver.cli.options import MODEL, PATH, json_option
+from solver.console import console as make_console
+from solver.errors import InputError
+
+
+@click.command("calibrate")
+@click.argument("rig", required=False, type=PATH)
+@click.option(
+    "--llama-bench",
+    "benches",
+    multiple=True,
+    type=PATH,
+    help="llama-bench -o json (or jsonl) output measured on RIG; repeatable.",
+)
+@click.option(
+    "--llama-log",
+    "logs",
+    multiple=True,
+    type=PATH,
+    help="llama-server or llama-cli output measured on RIG; repeatable.",
+)
+@click.option(
+    "--args", "flags", multiple=True, help='The flags each --llama-log ran with, e.g. "-ngl 99 -ncmoe 20".'
+)
+@click.option(
+    "--suggest", is_flag=True, help="Print the llama-bench command that measures what the fit needs."
+)
+@MODEL
+@json_option()
+@click.option(
+    "--point", "points", multiple=True, help="Strata: HELD/TOTAL=HIT% or FRACTION=HIT%, repeatable."
+)
+@click.option("--log", "engine_logs", multiple=True, type=PATH, help="Strata engine log.")
+@click.option(
+    "--write",
+    type=PATH,
+    help="With RIG: write the rig with the fitted keys here (RIG itself or a new file); else the model "
+    "file to store the curve in.",
+)
+@input_errors
+def calibrate_cmd(
+    rig: Path | None,
+    benches: tuple[Path, ...],
+    logs: tuple[Path, ...],
+    flags: tuple[str, ...],
+    suggest: bool,
+    model: Path | None,
+    as_json: bool,
+    points: tuple[str, ...],
+    engine_logs: tuple[Path, ...],
+    write: Path | None,
+) -> None:
+    """Fit the planner's constants to your own measurements.
+
+    \b
+    llama.cpp: solve calibrate RIG --llama-bench runs.json [--write OUT]
+      fits the rig's host_bandwidth, gpu_efficiency, switch_ms, layer_overhead_ms
+      and handoff_ms to llama-bench decode runs (llama-bench ... -o json), or to
+      llama-server/llama-cli output with --llama-log FILE --args "FLAGS";
+      solve calibrate RIG --suggest prints the llama-bench command to run first.
+    Strata: solve calibrate --point HELD/TOTAL=HIT% ... [--log FILE] [--write MODEL]
+      fits the cover curve's exponent b to measured expert-cache hit rates.
+    """
+    llama = bool(benches or logs or flags or suggest)
+    if rig is None and (llama or model or as_json):
+        raise InputError(
+            "solve calibrate", "--llama-bench, --llama-log, --suggest, --model and --json need RIG"
+        )
+    if rig is not None and (points or engine_logs):
+        raise InputError(
+            "solve calibrate",
+            "--point and --log fit the Strata curve and take no RIG; give one or the other",
+        )
+    if rig is not None and not llama:
+        raise InputError(
+            "solve calibrate", "give --llama-bench FILE, --llama-log FILE --args FLAGS, or --suggest"
+        )
+    if rig is None:
+        from solver.calibrate import run
+
+        run(points, engine_logs, write, make_console())
+    elif suggest:
+        if benches or logs or flags or write:
+            raise InputError(
+                "solve calibrate", "--suggest prints a command to run; it reads and writes no runs"
+            )
+        from solver.suggest import run as suggest_run
+
+        suggest_run(rig, model, as_json, make_console())
+    else:
+        from solver.calibrate_llama_report import run as llama_run
+
+        llama_run(rig, model, benches, logs, flags, write, as_json, make_console())

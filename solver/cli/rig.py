@@ -1,0 +1,138 @@
+"""``solve rig new``: a rig file from card names, from the card table (no NVML)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from solver.cli.badinput import fail, input_errors
+from solver.cli.written import OUTPUT, command_line, emit, relative
+from solver.config import host_problem, load_model
+from solver.engines import DEFAULT_ENGINE, ENGINES, engine_named
+
+DEFAULT_CONTEXT, DEFAULT_RESERVE = 32768, "700 MiB"
+
+
+@click.group("rig")
+def rig_group() -> None:
+    """Write a rig file from card names."""
+
+
+@rig_group.command("new")
+@click.argument("cards", nargs=-1)
+@click.option(
+    "--engine",
+    type=click.Choice(ENGINES),
+    default=DEFAULT_ENGINE,
+    show_default=True,
+    help="Engine the rig plans for; the rig gets only the keys it reads.",
+)
+@click.option(
+    "--host-bandwidth",
+    help="llama.cpp: the host's memory rate ('80 GB/s') or memory ('DDR5-5600x2', '8ch DDR4-3200').",
+)
+@click.option("--host-memory", help="Host RAM for the experts no GPU holds ('128 GiB'; strata, llama.cpp).")
+@click.option("--model", type=click.Path(path_type=Path, dir_okay=False), help="Model file the rig names.")
+@click.option("--name", help="Rig name (default: the output file's stem).")
+@click.option(
+    "--context", type=click.IntRange(min=0), default=DEFAULT_CONTEXT, show_default=True, help="KV tokens."
+)
+@click.option("--reserve", default=DEFAULT_RESERVE, show_default=True, help="VRAM kept free on every card.")
+@click.option("--list", "show", is_flag=True, help="List the cards the table knows.")
+@OUTPUT
+@input_errors
+def rig_new_cmd(
+    cards: tuple[str, ...],
+    engine: str,
+    host_bandwidth: str | None,
+    host_memory: str | None,
+    model: Path | None,
+    name: str | None,
+    context: int,
+    reserve: str,
+    show: bool,
+    output: Path | None,
+) -> None:
+    """A rig of CARDS in pipeline order ("RTX 4090" "RTX 3090" ..., or HOST:CARD for a card on machine
+    HOST), from the card table (no NVML)."""
+    from solver.cards import CardError
+    from solver.importers.hostmem import parse_host_bandwidth
+    from solver.importers.rigfile import check_engine, place, rig_yaml
+    from solver.units import parse_size
+
+    if show:
+        _list_cards()
+        return
+    if not cards:
+        fail('solve rig new: name at least one card, e.g. solve rig new "RTX 4090" "RTX 3090"')
+    try:
+        reserve_bytes = parse_size(reserve)
+    except ValueError as exc:
+        fail(f"--reserve: {exc}")
+    rules = engine_named(engine)
+    needs_rate = any(r.key == "host_bandwidth" for r in rules.required)
+    if needs_rate and host_bandwidth is None:
+        fail(
+            f"--engine {engine} needs --host-bandwidth: your RAM's rate, e.g. --host-bandwidth DDR5-5600x2 "
+            "(two channels of DDR5-5600) or --host-bandwidth '60 GB/s'"
+        )
+    for option, key, given in (
+        ("--host-bandwidth", "host_bandwidth", host_bandwidth),
+        ("--host-memory", "host_memory", host_memory),
+    ):
+        if given is not None and key not in rules.rig_keys:
+            fail(f"{option}: engine {engine} ({rules.note}) reads no {key}")
+    bad = host_problem([c.split(":", 1)[0].strip() if ":" in c else None for c in cards])
+    if bad is not None:
+        fail(f"solve rig new: {cards[bad[0]]!r}: host {bad[1]}")
+    try:
+        rate = parse_host_bandwidth(host_bandwidth) if host_bandwidth is not None else None
+    except ValueError as exc:
+        fail(f"--host-bandwidth: {exc}")
+    try:
+        host_bytes = parse_size(host_memory) if host_memory is not None else None
+    except ValueError as exc:
+        fail(f"--host-memory: {exc}")
+    try:
+        placed = place(list(cards))
+        check_engine(placed, engine)
+        if model is not None:
+            load_model(model)
+        options = {
+            "--engine": engine if engine != DEFAULT_ENGINE else None,
+            "--host-bandwidth": host_bandwidth,
+            "--host-memory": host_memory,
+            "--model": model,
+            "--name": name,
+            "--context": context if context != DEFAULT_CONTEXT else None,
+            "--reserve": reserve if reserve != DEFAULT_RESERVE else None,
+            "-o": output,
+        }
+        command = command_line(["rig", "new", *cards], options)
+        text = rig_yaml(
+            placed,
+            engine=engine,
+            name=name or (output.stem if output else None),
+            model_ref=relative(model, output) if model else None,
+            context=context,
+            reserve=reserve_bytes,
+            host_bandwidth=rate,
+            host_memory=host_bytes,
+            command=command,
+        )
+        emit(text, output, [model] if model else [])
+    except CardError as exc:
+        fail(str(exc))
+
+
+def _list_cards() -> None:
+    """The card table, one card a line, in 80 columns."""
+    from solver.cards import CARDS
+
+    click.echo(f"{'card':<36} {'memory':>9} {'bandwidth':>11} {'SMs':>4} {'boost':>9}")
+    for card in CARDS.values():
+        sms = "-" if card.sms is None else str(card.sms)
+        ghz = "-" if card.boost_ghz is None else f"{card.boost_ghz:.3f} GHz"
+        bandwidth = f"{card.bandwidth / 1e9:g} GB/s"
+        click.echo(f"{card.name:<36} {card.memory:>9} {bandwidth:>11} {sms:>4} {ghz:>9}")
