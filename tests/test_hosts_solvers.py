@@ -1,4 +1,4 @@
-"""SPEC 8 in the solvers: idle GPUs and host runs, exact and the same in every solver.
+"""Idle GPUs and host runs in the solvers: exact, and the same in every solver.
 
 Random agreement of the DP (its host/idle states), exhaustive enumeration and, where its model covers
 the rig (every GPU used), CP-SAT; hand-worked rigs (a slow card left idle, a network

@@ -1,4 +1,4 @@
-"""Issue 8.2: the product path (DP first, CP-SAT where only it can answer) on rigs full of ties.
+"""The product path (DP first, CP-SAT where only it can answer) on rigs full of ties.
 
 These rigs took CP-SAT minutes to break ties on; the exact DP settles the whole chain in passes.
 No wall times are asserted: each must come back optimal with no CP-SAT solve, and the expected
