@@ -2,7 +2,8 @@
 
 ``python -m pytest -m "not slow"`` is the quick tier: it skips the tests marked ``slow`` and runs every
 hypothesis test on at most ``QUICK_EXAMPLES`` examples (the hypothesis profile ``quick``). Without
-``-m "not slow"`` every test runs with the example count its own ``@settings`` gives.
+``-m "not slow"`` every test runs with the example count its own ``@settings`` gives. A test
+parametrized over every shipped rig is marked ``slow`` here for the rigs outside ``QUICK_RIGS``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 #: Examples per hypothesis test in the quick tier (the full suite runs 40 to 400 per test).
 QUICK_EXAMPLES = 25
 settings.register_profile("quick", max_examples=QUICK_EXAMPLES)
+
+#: The shipped rigs a sweep over every shipped rig keeps in the quick tier: strata as given and in a free
+#: order (box, duo), llama.cpp, vLLM and two hosts. The model-zoo and big rigs run in the full suite.
+QUICK_RIGS = frozenset({"box", "duo", "llama-mix", "vllm-mix", "two-hosts"})
+SHIPPED_RIGS = ROOT / "rigs"
 
 
 def quick_tier(config: pytest.Config) -> bool:
@@ -43,12 +49,25 @@ def pytest_configure(config: pytest.Config) -> None:
         settings.load_profile("quick")
 
 
+def shipped_rig(item: pytest.Item) -> Path | None:
+    """The shipped rig a parametrized test runs on (its ``rig`` parameter), or None."""
+    callspec = getattr(item, "callspec", None)
+    rig = callspec.params.get("rig") if callspec is not None else None
+    return rig if isinstance(rig, Path) and rig.parent == SHIPPED_RIGS else None
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by marker
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """In the quick tier, cap each hypothesis test's own ``max_examples`` at the quick profile's.
+    """Mark the shipped-rig sweeps ``slow`` outside ``QUICK_RIGS``; in the quick tier, cap each
+    hypothesis test's own ``max_examples`` at the quick profile's.
 
     A test's ``@settings(max_examples=...)`` overrides any profile, so the cap is applied to the settings
     hypothesis keeps on the test (``_hypothesis_internal_use_settings``, read when the test runs).
     """
+    for item in items:
+        rig = shipped_rig(item)
+        if rig is not None and rig.stem not in QUICK_RIGS:
+            item.add_marker(pytest.mark.slow)
     if not quick_tier(config):
         return
     cap = settings.get_profile("quick").max_examples

@@ -106,7 +106,7 @@ def objective_key(arcs, gpus, cuts) -> tuple[int, int, int]:
     return -int(arcs.mass[ids].sum()), top, int(arcs.time_key(cpsat._plan_time(arcs, ids)))
 
 
-@pytest.mark.parametrize("idle", [True, False])
+@pytest.mark.parametrize("idle", [pytest.param(True, marks=pytest.mark.slow), False])
 def test_a_stopped_dp_returns_a_plan_of_the_optimum_or_unknown(monkeypatch, idle):
     """The DP (with idle GPUs, the host/idle DP) stopped at its n-th look at the clock, for every n
     until it finishes: before the objective is settled it answers unknown; after, a feasible plan
