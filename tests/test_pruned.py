@@ -197,6 +197,7 @@ def test_check_confirms_a_host_split_plan_in_its_gpu_order(monkeypatch):
     assert r.oracle.name == "dp in the chosen GPU order" and r.oracle.agrees
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("engine", ["llama.cpp", "vllm"])
 def test_the_pruned_path_agrees_with_the_dp_under_every_engine(monkeypatch, engine):
     """llama.cpp's CPU-held tensors and vLLM's spare-KV level through the cut: 7 distinct cards x 30."""
