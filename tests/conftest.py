@@ -3,7 +3,8 @@
 ``python -m pytest -m "not slow"`` is the quick tier: it skips the tests marked ``slow`` and runs every
 hypothesis test on at most ``QUICK_EXAMPLES`` examples (the hypothesis profile ``quick``). Without
 ``-m "not slow"`` every test runs with the example count its own ``@settings`` gives. A test
-parametrized over every shipped rig is marked ``slow`` here for the rigs outside ``QUICK_RIGS``.
+parametrized over the shipped rigs (a ``rig`` parameter in rigs/) is marked ``slow`` here for the rigs
+outside ``QUICK_RIGS``.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ def shipped_rig(item: pytest.Item) -> Path | None:
 @pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by marker
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark the shipped-rig sweeps ``slow`` outside ``QUICK_RIGS``; in the quick tier, cap each
-    hypothesis test's own ``max_examples`` at the quick profile's.
+    hypothesis test's own ``max_examples`` at ``QUICK_EXAMPLES``.
 
     A test's ``@settings(max_examples=...)`` overrides any profile, so the cap is applied to the settings
     hypothesis keeps on the test (``_hypothesis_internal_use_settings``, read when the test runs).
@@ -70,14 +71,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.slow)
     if not quick_tier(config):
         return
-    cap = settings.get_profile("quick").max_examples
     for item in items:
         test = getattr(item, "obj", None)
         if not hasattr(test, "hypothesis"):
             continue
         own = test._hypothesis_internal_use_settings
-        if own.max_examples > cap:
-            test._hypothesis_internal_use_settings = settings(own, max_examples=cap)
+        if own.max_examples > QUICK_EXAMPLES:
+            test._hypothesis_internal_use_settings = settings(own, max_examples=QUICK_EXAMPLES)
 
 
 @pytest.fixture
