@@ -289,7 +289,7 @@ def test_plans_from_the_shipped_files_are_valid(base):
 )
 @pytest.mark.parametrize("value", [2**31, 2**63, 2**70, 10**400])
 def test_absurd_counts(base, write, which, path, value):
-    """Counts past 2^31 - 1 are refused at their key (they used to overflow int64 arrays: a traceback)."""
+    """Counts past 2^31 - 1 are refused at their key (unchecked, they overflow int64 arrays: a traceback)."""
     doc = copy.deepcopy(RIG if which == "rig" else MODEL)
     at(doc, path[:-1])[path[-1]] = value
     p = write("absurd.yaml", dump(doc))
