@@ -1,4 +1,4 @@
-"""Run the real ``solve`` CLI in-process and check what every run must satisfy (SPEC 4 and 5).
+"""Run the real ``solve`` CLI in-process and check what every run must satisfy: its exit code and JSON.
 
 A run either exits 2 with one line on stderr naming an input file, or exits 0 with a feasible plan,
 or 3 with an infeasibility and its reason; it never raises (a traceback) and never hangs.
@@ -90,7 +90,7 @@ def input_error(result: Result, files: list[Path]) -> Message:
 
 
 def check_plan(out: dict) -> None:
-    """A plan's JSON obeys SPEC 5 and is a feasible placement in itself."""
+    """A plan's JSON has the fields of docs/reference.md's "The JSON object" and is a feasible placement."""
     for key in ("rig", "model", "objective", "status", "window_ms", "held_mass", "held_pairs", "cuts"):
         assert key in out, key
     for key in ("stages", "baseline", "solver"):

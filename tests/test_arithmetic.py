@@ -1,4 +1,5 @@
-"""Hand-computed cases for SPEC 3: layer bytes, room, the walk's stop, and each mass curve."""
+"""Hand-computed cases of docs/reference.md's "The arithmetic": layer bytes, room, the walk's stop, and
+each mass curve."""
 
 import numpy as np
 import pytest

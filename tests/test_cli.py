@@ -1,4 +1,4 @@
-"""The command line: every exit code, the JSON of SPEC 5, error messages, exports."""
+"""The command line: every exit code, the JSON object, error messages, exports."""
 
 from __future__ import annotations
 

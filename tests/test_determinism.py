@@ -1,4 +1,4 @@
-"""Determinism (issue 5, item 3): the same inputs give byte-identical JSON, timing fields aside,
+"""Determinism: the same inputs give byte-identical JSON, timing fields aside,
 across runs and for 1 vs 2 CP-SAT workers, on the shipped rigs (see ``cases``)."""
 
 from __future__ import annotations

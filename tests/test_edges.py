@@ -1,7 +1,7 @@
-"""Edge rigs (issue 5, item 2), each planned through the real CLI with a hand-derived expectation.
+"""Edge rigs, each planned through the real CLI with a hand-derived expectation.
 
 Every model here is tiny and its bytes are round numbers, so rooms, held pairs and reasons can be
-worked out by hand from SPEC 3.
+worked out by hand from docs/reference.md's "The arithmetic".
 """
 
 from __future__ import annotations

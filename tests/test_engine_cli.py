@@ -1,4 +1,4 @@
-"""`solve` under each engine: the JSON of SPEC 6, the shipped llama.cpp rig, and its input errors."""
+"""`solve` under each engine: its JSON fields, the shipped llama.cpp rig, and its input errors."""
 
 from __future__ import annotations
 

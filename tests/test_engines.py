@@ -1,4 +1,4 @@
-"""The engines' tables (SPEC 6) against their fills straight from the definition, and the three
+"""The engines' tables (docs/engines.md) against their fills straight from the definition, and the three
 exact solvers agreeing under every engine."""
 
 from __future__ import annotations

@@ -135,7 +135,7 @@ def test_float32_fractions_are_strictly_increasing_for_every_exportable_model():
 
 
 def test_llama_split_counts_the_output_slot_on_the_last_device():
-    """The issue's example: 0-7/8-15/16-32/33-47 is -ts 8,8,17,16, not the plan's 8,8,17,15."""
+    """A worked example: 0-7/8-15/16-32/33-47 is -ts 8,8,17,16, not the plan's 8,8,17,15."""
     _, flags = parse_lines(export_lines("llama.cpp", [0, 1, 2, 3], [8, 16, 33], 48))
     assert flags["--tensor-split"] == "8,8,17,16"
     wrong = llama_slot_devices(llama_tensor_split("8,8,17,15"), 48, 999, 4)

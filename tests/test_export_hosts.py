@@ -1,4 +1,5 @@
-"""Exports across hosts (SPEC 8) are exact under each engine's own device ordering, re-implemented.
+"""Exports across hosts (docs/exports.md, "Across hosts") are exact under each engine's own device
+ordering, re-implemented.
 
 Random multi-host rigs and plans (each host's stages one run, any order of hosts and of GPUs within them),
 exported with export_lines(hosts=...), then read back host by host: llama.cpp's rpc-server and --rpc /

@@ -1,4 +1,4 @@
-"""Every reader fuzzed through the real CLI (issue 5, item 1).
+"""Every reader fuzzed through the real CLI (docs/edges.md, "Fuzzing").
 
 Valid rig, model and profile files are mutated (values, keys, bytes, units, list lengths, aliases) and
 fed to ``solve --json``. Whatever the input, the run exits 2 with one line naming the file (and its
@@ -266,7 +266,7 @@ def test_truncated_strp(base, cut):
 
 
 def reference_verdict(pairs: list[tuple[int, int]], lines: list[int]) -> int | None:
-    """Line of the error SPEC 2.3 requires (out of range first, then the first repeat), or None."""
+    """Line of the error a text profile gets (out of range first, then the first repeat), or None."""
     for (a, b), n in zip(pairs, lines):
         if not (0 <= a < 6 and 0 <= b < 4):
             return n

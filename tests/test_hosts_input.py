@@ -1,5 +1,5 @@
-"""Rigs that span machines (SPEC 8): the host key, the as-given interleaving error, `probe --host`
-with `--gpus-only` concatenation, and `rig new HOST:CARD`."""
+"""Rigs that span machines (docs/reference.md, "Idle GPUs and hosts"): the host key, the as-given
+interleaving error, `probe --host` with `--gpus-only` concatenation, and `rig new HOST:CARD`."""
 
 from __future__ import annotations
 

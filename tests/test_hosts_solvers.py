@@ -1,4 +1,4 @@
-"""SPEC 8 in the solvers: idle GPUs and host runs, exact and the same in every solver.
+"""Idle GPUs and host runs in the solvers: exact, and the same in every solver.
 
 Random agreement of the DP (its host/idle states), exhaustive enumeration and, where its model covers
 the rig (every GPU used), CP-SAT; hand-worked rigs (a slow card left idle, a network
@@ -215,7 +215,7 @@ def test_the_two_host_rig_exports_replay_on_the_planned_gpus(tmp_path):
 @pytest.mark.slow
 def test_a_free_order_with_idle_gpus_beyond_the_dp_is_planned_by_cpsat(tmp_path):
     """12 distinct GPUs on 2 hosts, idle allowed, the network hop dearer than the hand-off: beyond the
-    host/idle DP, CP-SAT prices each host entry (it was refused as an input error before)."""
+    host/idle DP, CP-SAT prices each host entry and plans it."""
     gpus = "\n".join(f"  - {{free: 6 GiB, layer_ms: {1 + g / 10}, host: h{g % 2}}}" for g in range(12))
     text = "name: big\nmodel: m.yaml\norder: auto\nidle_gpus: true\nnetwork_handoff_ms: 0.5\ngpus:\n"
     (tmp_path / "rig.yaml").write_text(text + gpus + "\n")

@@ -1,4 +1,5 @@
-"""Valid but implausible values plan as the SPEC says, with one warning line each on stderr."""
+"""Valid but implausible values plan as given, with one warning line each on stderr (docs/reference.md,
+"Warnings")."""
 
 from __future__ import annotations
 

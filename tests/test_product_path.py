@@ -1,4 +1,4 @@
-"""Issue 8.2: the product path (DP first, CP-SAT where only it can answer) on rigs full of ties.
+"""The product path (DP first, CP-SAT where only it can answer) on rigs full of ties.
 
 These rigs took CP-SAT minutes to break ties on; the exact DP settles the whole chain in passes.
 No wall times are asserted: each must come back optimal with no CP-SAT solve, and the expected
@@ -35,7 +35,7 @@ RIGS = Path(__file__).resolve().parent / "rigs"
         ("distinct-10x130-auto", list(range(13, 130, 13)), list(range(10))),
         # 10 cards whose memory differs where it matters (long ranges): ten classes, 1,024 states;
         # every card holds 13 layers and all their experts, so 13 each in rig order wins
-        ("mem-10x130-auto", list(range(13, 130, 13)), list(range(10))),
+        pytest.param("mem-10x130-auto", list(range(13, 130, 13)), list(range(10)), marks=pytest.mark.slow),
     ],
 )
 def test_tie_rigs_are_proven_by_the_dp_without_a_solve(rig, cuts, gpus):

@@ -1,4 +1,4 @@
-"""The proportional baseline at its edges (SPEC 3): no split when lo_i > hi_i, and no wrapped cuts."""
+"""The proportional baseline at its edges: no split when lo_i > hi_i, and no wrapped cuts."""
 
 from __future__ import annotations
 

@@ -125,6 +125,7 @@ def distinct_cards(seed: int, k: int, n_layers: int, objective: str):
     )
 
 
+@pytest.mark.slow
 def test_the_product_prunes_larger_free_orders_and_agrees_with_the_dp(monkeypatch):
     """9 distinct cards x 60 layers, with the DP-first threshold at zero so the pruned path (and
     CP-SAT inside it) answers what the DP answers on these rigs in the product."""
@@ -172,6 +173,7 @@ def test_host_split_gives_the_exact_best_plan_through_every_arc(p):
     assert (top_through == want).all()
 
 
+@pytest.mark.slow
 def test_the_host_split_agrees_with_the_host_dp_on_larger_rigs():
     """7 distinct cards over 2 hosts x 40 layers: the exact host/idle DP still takes it, and the
     split's cut (solved by CP-SAT) must return its plan, ties and all."""
@@ -195,6 +197,7 @@ def test_check_confirms_a_host_split_plan_in_its_gpu_order(monkeypatch):
     assert r.oracle.name == "dp in the chosen GPU order" and r.oracle.agrees
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("engine", ["llama.cpp", "vllm"])
 def test_the_pruned_path_agrees_with_the_dp_under_every_engine(monkeypatch, engine):
     """llama.cpp's CPU-held tensors and vLLM's spare-KV level through the cut: 7 distinct cards x 30."""
@@ -258,6 +261,7 @@ def test_window_passes_stopped_by_the_deadline_keep_a_valid_lower_bound(p):
     assert windows.exact_through(arcs, arcs.time, deadline=0.0) is None
 
 
+@pytest.mark.slow
 def test_the_throughput_objective_cuts_by_windows_and_agrees_with_the_dp(monkeypatch):
     """10 distinct cards x 48 layers (the class-count DP still takes them), DP-first off: the least
     slowest stage by the window passes, the cut by the exact best time through each arc within it."""
@@ -308,7 +312,9 @@ def test_pruned_solve_under_binding_host_memory_limits_returns_the_exhaustive_pl
     assert binding > 20 and hosts > 5
 
 
-@pytest.mark.parametrize("objective", ["time", "mass", "throughput"])
+@pytest.mark.parametrize(
+    "objective", [*(pytest.param(o, marks=pytest.mark.slow) for o in ("time", "mass")), "throughput"]
+)
 def test_a_free_order_of_more_than_63_distinct_cards_is_planned_within_the_limit(objective):
     """Class-count states are products over the classes: 66 distinct cards make 2^66 of them, past
     int64. Counted exactly, every exact pass declines the rig, and the limit's answer is a feasible

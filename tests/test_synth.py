@@ -1,4 +1,4 @@
-"""The shipped synthetic profile reproduces the seed's measured hit rates (issue 2: within 3 points)."""
+"""The shipped synthetic profile reproduces the seed's measured hit rates within 3 points."""
 
 from pathlib import Path
 

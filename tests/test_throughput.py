@@ -1,4 +1,4 @@
-"""SPEC 7: objective throughput minimises the slowest stage's stage_ms, then the window; JSON and the
+"""Objective throughput minimises the slowest stage's stage_ms, then the window; JSON and the
 table report stage_ms per stage and bottleneck_ms."""
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def test_throughput_plan_reports_its_stages_and_beats_the_time_plan_on_them(orde
     tim = solve_json("--objective", "time", "--order", order)
     p = load_problem(BOX)
     for d in (thr, tim):
-        for s in d["stages"]:  # SPEC 7 for strata: compute plus miss_ms times the mass it does not hold
+        for s in d["stages"]:  # strata's stage_ms: compute plus miss_ms times the mass it does not hold
             w = walk_range(p, s["gpu"], s["start"], s["end"])
             unheld = float(p.mass[w.visible].sum()) - float(p.mass[w.held].sum())
             assert s["stage_ms"] == pytest.approx(s["compute_ms"] + p.miss_ms * unheld, rel=1e-12)

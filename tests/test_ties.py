@@ -1,8 +1,8 @@
-"""Near-ties (issue 5, item 4): plans whose windows round to the same whole 1e-6 ms go to SPEC 3's
-tie-breaks (smallest bottleneck, then smallest cut list, then smallest GPU order); plans a few units
-apart are decided by the objective. Every case is a tiny Problem built as arrays, with the expected
-plan worked out by hand in its docstring, and CP-SAT, DP, exhaustive enumeration and the planner
-must all return it.
+"""Near-ties: plans whose windows round to the same whole 1e-6 ms go to the tie-breaks of
+docs/reference.md's "The arithmetic" (smallest bottleneck, then smallest cut list, then smallest GPU
+order); plans a few units apart are decided by the objective. Every case is a tiny Problem built as
+arrays, with the expected plan worked out by hand in its docstring, and CP-SAT, DP, exhaustive
+enumeration and the planner must all return it.
 """
 
 from __future__ import annotations

@@ -47,7 +47,7 @@ def test_stopped_proof_is_feasible_with_bound_and_gap():
 
 
 def test_stopped_proof_of_held_mass_has_a_bound_above_the_plan():
-    """Issue 8.3: a free-order plan stopped by the limit reports a proven bound, never null."""
+    """A free-order plan stopped by the limit reports a proven bound, never null."""
     p = dataclasses.replace(big_problem(), objective="mass")
     r = plan_rig(p, Limits(time_limit=0.05, workers=1))
     d = to_json(r)
@@ -63,7 +63,7 @@ def test_generous_limit_still_proves_small_rigs():
 
 
 def test_the_clock_starts_with_the_command_not_the_solve():
-    """Issue 11.5: time spent before planning (reading files, building tables) counts against the
+    """Time spent before planning (reading files, building tables) counts against the
     limit, so a limit already spent answers with the best plan at hand, unproven."""
     p = big_problem()
     spent = Limits(time_limit=5.0, workers=1, started=time.perf_counter() - 10.0)
@@ -106,7 +106,7 @@ def objective_key(arcs, gpus, cuts) -> tuple[int, int, int]:
     return -int(arcs.mass[ids].sum()), top, int(arcs.time_key(cpsat._plan_time(arcs, ids)))
 
 
-@pytest.mark.parametrize("idle", [True, False])
+@pytest.mark.parametrize("idle", [pytest.param(True, marks=pytest.mark.slow), False])
 def test_a_stopped_dp_returns_a_plan_of_the_optimum_or_unknown(monkeypatch, idle):
     """The DP (with idle GPUs, the host/idle DP) stopped at its n-th look at the clock, for every n
     until it finishes: before the objective is settled it answers unknown; after, a feasible plan

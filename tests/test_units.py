@@ -40,8 +40,8 @@ def test_bad_sizes_are_refused(bad):
     "huge", ["1e999999 B", "1e9999999 B", "1e999999 GiB", "9223372036854775808 B", "8 EiB"]
 )
 def test_huge_exponents_are_refused_at_once(huge):
-    """A size with a huge exponent is refused without building the number (it used to take 30 s, or
-    raise decimal.Overflow, a traceback)."""
+    """A size with a huge exponent is refused without building the number (building it takes 30 s, or
+    raises decimal.Overflow, a traceback)."""
     import time
 
     t0 = time.perf_counter()

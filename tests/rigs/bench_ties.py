@@ -1,4 +1,4 @@
-"""End-to-end times of the issue 8.2 rigs: ``python -m solver RIG --json``, median of 3 runs.
+"""End-to-end times of the tie rigs here: ``python -m solver RIG --json``, median of 3 runs.
 
 Run from a checkout's root: ``python tests/rigs/bench_ties.py [--runs N] [--timeout S]``. Each run
 is a fresh interpreter, as a user pays it; a run past the timeout counts as the timeout.
