@@ -34,10 +34,6 @@ from solver.scales import COARSE_TIME_SCALE, COEFF_BUDGET, FINE_TIME_SCALE
 if TYPE_CHECKING:
     from solver.engines import Table
 
-#: A free order's arc bounds are exact when the count of GPUs used per class (identical GPUs form a
-#: class) takes at most this many values: 12 distinct GPUs, or sixteen.yaml's 1 + 1 + 6 + 8 (252).
-EXACT_FREE_ORDER_STATES = 4096
-
 
 @dataclass(frozen=True)
 class Arcs:
@@ -286,18 +282,20 @@ def subset(arcs: Arcs, keep: np.ndarray) -> Arcs:
     )
 
 
-def best_through(arcs: Arcs, weight: np.ndarray, sense: str) -> np.ndarray:
+def best_through(arcs: Arcs, weight: np.ndarray, sense: str, exact_states: int) -> np.ndarray:
     """For each arc, a bound on the total ``weight`` of any whole plan that uses it, shape (n,).
 
     ``sense`` "min" gives a lower bound, "max" an upper bound. With the order as given, stage s is
     GPU s and the bound is exact (a forward and a backward pass over the layered graph). With a
     free order the passes count stages but let a GPU repeat, which relaxes the plan and keeps the
-    bound valid. Used to drop arcs that cannot be part of any plan within a proven tie set.
+    bound valid; a free order of at most ``exact_states`` class-count states gets the exact best
+    plan through each arc instead (``_through_by_classes``). Used to drop arcs that cannot be part
+    of any plan within a proven tie set.
     """
     n, k = arcs.n_layers, arcs.n_gpus
     worst = np.iinfo(np.int64).max // 4 * (1 if sense == "min" else -1)
     better = np.minimum if sense == "min" else np.maximum
-    if arcs.order == "auto" and free_order_states(arcs) <= EXACT_FREE_ORDER_STATES:
+    if arcs.order == "auto" and free_order_states(arcs) <= exact_states:
         return _through_by_classes(arcs, weight, worst, better)
     stage = arcs.gpu if arcs.order == "as-given" else None
     fwd = np.full((k + 1, n + 1), worst, dtype=np.int64)

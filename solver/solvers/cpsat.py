@@ -31,6 +31,7 @@ from solver.arcs import Arcs, best_through, subset
 from solver.arcs import by_gpu as arcs_by_gpu
 from solver.scales import MASS_SCALE
 from solver.solvers import Limits, Solution, Stopped, check_deadline, relaxed_bound, stage_key, usable
+from solver.solvers.policy import POLICY, Policy
 
 Fix = Callable[[cp_model.CpModel, list, Arcs], None]
 Objective = Callable[[cp_model.CpModel, list, Arcs], cp_model.LinearExpr | np.ndarray]
@@ -161,7 +162,10 @@ def _prune(chain: _Chain, weight: Callable[[Arcs], np.ndarray], sense: str, limi
     """Keep the arcs whose best whole plan can reach ``limit``. With idle GPUs the bound is the best
     path through the arc over any arcs at all (``_through_any``), a relaxation of any plan."""
     a = chain.arcs
-    through = (_through_any if a.idle else best_through)(a, weight(a), sense)
+    if a.idle:
+        through = _through_any(a, weight(a), sense)
+    else:
+        through = best_through(a, weight(a), sense, chain.policy.exact_free_order_states)
     chain.keep(through >= limit if sense == "max" else through <= limit)
 
 
@@ -288,6 +292,7 @@ class _Chain:
     bound: float | None = None
     last_bound: float = 0.0
     solves: int = 0
+    policy: Policy = POLICY
 
     def keep(self, mask: np.ndarray, spare_chosen: bool = True) -> None:
         """Drop the arcs outside ``mask`` (but, unless told, none the incumbent uses)."""
@@ -379,15 +384,17 @@ class _Chain:
         return value
 
 
-def _start(arcs: Arcs, limits: Limits, hint: Solution | None, t0: float) -> _Chain:
+def _start(arcs: Arcs, limits: Limits, hint: Solution | None, t0: float, policy: Policy = POLICY) -> _Chain:
     """A chain over the whole table, the hint its incumbent where it is a usable plan (an incumbent
     prunes arcs by its value, so it must keep the host-memory limit)."""
-    chain = _Chain(arcs, arcs, limits, np.arange(len(arcs)), limits.deadline(t0))
+    chain = _Chain(arcs, arcs, limits, np.arange(len(arcs)), limits.deadline(t0), policy=policy)
     chain.chosen = usable(arcs, hint)
     return chain
 
 
-def solve_cpsat(arcs: Arcs, limits: Limits | None = None, hint: Solution | None = None) -> Solution:
+def solve_cpsat(
+    arcs: Arcs, limits: Limits | None = None, hint: Solution | None = None, policy: Policy = POLICY
+) -> Solution:
     """The exact plan by CP-SAT, or the best found when ``limits.time_limit`` stops the proof.
 
     Idle GPUs make each GPU's arcs at most one (as given, a stage's successor runs on a later
@@ -398,7 +405,7 @@ def solve_cpsat(arcs: Arcs, limits: Limits | None = None, hint: Solution | None 
     arcs: the entry indicators of ``_host_runs`` carry it in every time sum (``_time``)."""
     t0 = time.perf_counter()
     limits = limits or Limits()
-    chain = _start(arcs, limits, hint, t0)
+    chain = _start(arcs, limits, hint, t0, policy)
     bound = None
     done = len(arcs) > 0
     if done and arcs.objective == "mass":
@@ -505,12 +512,12 @@ def _threshold(chain: _Chain, values: np.ndarray, within: Callable[[Arcs, int], 
     return int(values[lo]), int(values[lo])
 
 
-def forced_time(arcs: Arcs, g: int, limits: Limits) -> tuple[bool, int | None]:
+def forced_time(arcs: Arcs, g: int, limits: Limits, policy: Policy = POLICY) -> tuple[bool, int | None]:
     """(proven, the summed time of the best plan that uses GPU ``g``), entries included, plans ranked
     by (mass, time) as the objective's first level ranks them; None: no plan uses it. The same
     figure as ``solver.solvers.subsetdp.forced_times``, for rigs beyond that DP; not proven when the
     deadline stops it."""
-    chain = _start(arcs, limits, None, time.perf_counter())
+    chain = _start(arcs, limits, None, time.perf_counter(), policy)
 
     def use(m: cp_model.CpModel, x: list, a: Arcs) -> None:
         m.add(cp_model.LinearExpr.sum([x[i] for i in np.flatnonzero(a.gpu == g)]) == 1)
@@ -525,10 +532,10 @@ def forced_time(arcs: Arcs, g: int, limits: Limits) -> tuple[bool, int | None]:
     return chain.proven, best
 
 
-def least_top_stage(arcs: Arcs, limits: Limits, hint: Solution | None) -> int | None:
+def least_top_stage(arcs: Arcs, limits: Limits, hint: Solution | None, policy: Policy = POLICY) -> int | None:
     """The throughput objective's first level alone: the smallest slowest-stage key of any plan,
     proven; None when the deadline stops it or no plan exists (the whole solve then says which)."""
-    chain = _start(arcs, limits, hint, time.perf_counter())
+    chain = _start(arcs, limits, hint, time.perf_counter(), policy)
     top, _ = _stage_level(chain)
     return top if chain.proven else None
 
@@ -571,7 +578,6 @@ def _ms(arcs: Arcs, bound: float | None) -> float | None:
     return None if bound is None else arcs.window_ms(int(bound))
 
 
-MAX_TIES = 8
 #: A gap no objective reaches: the solve stops at its first plan. The tie-break solves below need
 #: any plan within the tie set (a constraint), not the finest time inside it, whose proof is slow.
 ANY_PLAN = 2**62
@@ -580,14 +586,14 @@ ANY_PLAN = 2**62
 def _enumerate_ties(chain: _Chain) -> bool | None:
     """Find every plan in the tie set by repeated solves, each excluding the plans found so far.
 
-    True: the set had at most MAX_TIES plans and ``chain.chosen`` is now the best of them by the
+    True: the set had at most ``policy.max_ties`` plans and ``chain.chosen`` is now the best of them by the
     tie-breaks (bottleneck, cuts, order), proven by exhaustion. False: too many ties, carry on
     with the levels. None: the deadline stopped it. Each solve has the objective level's shape
     (min time), which CP-SAT proves fast, unlike the min-max bottleneck level.
     """
     found = [chain.chosen]
     fixes = list(chain.fixes)
-    while len(found) <= MAX_TIES:
+    while len(found) <= chain.policy.max_ties:
         chain.fixes = fixes + [_exclude(chain, plan) for plan in found]
         state, _ = chain.solve(lambda m, x, a: a.time, "min", gap=ANY_PLAN)
         if state == "stopped":
@@ -597,7 +603,7 @@ def _enumerate_ties(chain: _Chain) -> bool | None:
             break
         found.append(chain.chosen)
     chain.fixes = fixes
-    if len(found) > MAX_TIES:
+    if len(found) > chain.policy.max_ties:
         chain.chosen = found[0]
         return False
     root = chain.root

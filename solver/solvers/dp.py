@@ -11,7 +11,8 @@ computed backwards.
 
 ``host_limit`` is a knapsack side constraint the path DP cannot carry exactly. The DP answers when
 its unconstrained lexicographic optimum meets the limit (then it is also the constrained answer)
-and raises TooLarge otherwise, so ``--check`` falls back to exhaustive enumeration where small.
+and raises TooLarge otherwise; ``solver.solvers.route`` then asks another solver. It does not take
+plans that differ in the GPUs they use (``Arcs.subsets``: ``solver.solvers.subsetdp`` does).
 """
 
 from __future__ import annotations
@@ -26,11 +27,8 @@ from solver.arcs import Arcs
 from solver.arcs import by_gpu as arcs_by_gpu
 from solver.scales import MASS_SCALE
 from solver.solvers import Limits, Solution, Stopped, TooLarge, check_deadline, stage_key, usable
+from solver.solvers.policy import POLICY, Policy
 
-#: Class-count states the free-order DP takes: 2^12 for 12 distinct GPUs, far more GPUs in few classes.
-MAX_STATES_FREE_ORDER = 4096
-#: Dense (L+1)^2 cells over all of a free order's classes: two int64 tables each, at most 128 MiB.
-MAX_DENSE_CELLS = 2**23
 NONE = -1  # mass of an unreachable state
 BIG = np.iinfo(np.int64).max // 4  # time of an unreachable state; sums of two stay within int64
 
@@ -65,13 +63,34 @@ def dp_states(arcs: Arcs) -> int:
     return math.prod(int(m) + 1 for m in np.bincount(arc_classes(arcs)))
 
 
+def refusal(arcs: Arcs, policy: Policy = POLICY) -> str | None:
+    """Why the DP does not take this table (None: it does, unless a host-memory limit its optimum
+    breaks turns up once it has run). A free order's class-count states and dense tables are bounded
+    by ``policy``; plans that differ in the GPUs they use are the host/idle DP's."""
+    if arcs.subsets:
+        return "plans differ in the GPUs they use (idle GPUs, or a free order over hosts)"
+    if arcs.order == "as-given":
+        return None
+    mult = np.bincount(arc_classes(arcs))
+    states = math.prod(int(m) + 1 for m in mult)  # Python ints: 64 classes overflow int64
+    if states > policy.max_states_free_order:
+        return f"the free-order DP takes at most {policy.max_states_free_order:,} states, not {states:,}"
+    cells = len(mult) * (arcs.n_layers + 1) ** 2
+    if cells > policy.max_dense_cells:
+        return f"the free-order DP's tables would hold {cells:,} cells, over {policy.max_dense_cells:,}"
+    return None
+
+
 class _Graph:
     """Levels of the DP (stage number, or counts of GPUs used per class) and the arcs between them."""
 
-    def __init__(self, arcs: Arcs, deadline: float | None = None):
+    def __init__(self, arcs: Arcs, deadline: float | None = None, policy: Policy = POLICY):
         self.arcs, self.deadline = arcs, deadline
         self.free_order = arcs.order == "auto"
         k = arcs.n_gpus
+        why = refusal(arcs, policy)
+        if why is not None:
+            raise TooLarge(why)
         by_gpu = arcs_by_gpu(arcs)
         if not self.free_order:
             self.by_link = by_gpu
@@ -80,14 +99,7 @@ class _Graph:
             cls = arc_classes(arcs)
             self.members = [np.flatnonzero(cls == c) for c in range(cls.max() + 1)]
             self.mult = np.array([len(m) for m in self.members])
-            states = math.prod(int(m) + 1 for m in self.mult)  # Python ints: 64 classes overflow int64
-            if states > MAX_STATES_FREE_ORDER:
-                raise TooLarge(
-                    f"the free-order DP takes at most {MAX_STATES_FREE_ORDER:,} states, not {states:,}"
-                )
-            cells = len(self.members) * (arcs.n_layers + 1) ** 2
-            if cells > MAX_DENSE_CELLS:
-                raise TooLarge(f"the free-order DP's tables would hold {cells:,} cells, over 2^23")
+            states = math.prod(int(m) + 1 for m in self.mult)
             self.stride = np.concatenate([[1], np.cumprod(self.mult + 1)[:-1]]).astype(np.int64)
             self.counts = (np.arange(states)[:, None] // self.stride[None, :]) % (self.mult + 1)[None, :]
             self.by_link = [by_gpu[m[0]] for m in self.members]  # one GPU's arcs stand for its class
@@ -335,18 +347,14 @@ def path_minimax(arcs: Arcs, weight: np.ndarray, allowed: np.ndarray) -> int:
     return int(reach[n])
 
 
-def solve_dp(arcs: Arcs, limits: Limits | None = None) -> Solution:
-    """The exact plan by dynamic programming (free order: at most 4,096 class-count states).
+def solve_dp(arcs: Arcs, limits: Limits | None = None, policy: Policy = POLICY) -> Solution:
+    """The exact plan by dynamic programming; TooLarge where ``refusal`` says why not.
 
     ``limits``' deadline stops it: once the objective is settled, "feasible" with a plan of it
     traced back through its pass (the bound is the objective; the tie-breaks are what is left),
     before that "unknown"."""
-    if arcs.subsets:  # idle GPUs or hosts in a free order: states over the GPUs used
-        from solver.solvers.subsetdp import solve_subsets
-
-        return solve_subsets(arcs, limits)
     t0 = time.perf_counter()
-    graph = _Graph(arcs, None if limits is None else limits.deadline(t0))
+    graph = _Graph(arcs, None if limits is None else limits.deadline(t0), policy)
     found: list[Solution] = []
     try:
         got = _settle(graph, found)

@@ -20,8 +20,7 @@ import numpy as np
 
 from solver.arcs import Arcs
 from solver.solvers import Limits, Solution, TooLarge, stage_key
-
-MAX_PLACEMENTS = 3_000_000
+from solver.solvers.policy import POLICY, Policy
 
 
 def count_placements(arcs: Arcs) -> int:
@@ -46,13 +45,13 @@ def _orders(arcs: Arcs):
                 yield order, len(runs)
 
 
-def solve_exhaustive(arcs: Arcs, limits: Limits | None = None) -> Solution:
-    """The exact plan by scoring every placement."""
+def solve_exhaustive(arcs: Arcs, limits: Limits | None = None, policy: Policy = POLICY) -> Solution:
+    """The exact plan by scoring every placement (at most ``policy.max_placements``)."""
     t0 = time.perf_counter()
     n, k = arcs.n_layers, arcs.n_gpus
     total = count_placements(arcs)
-    if total > MAX_PLACEMENTS:
-        raise TooLarge(f"{total:,} placements is over the {MAX_PLACEMENTS:,} exhaustive search scores")
+    if total > policy.max_placements:
+        raise TooLarge(f"{total:,} placements is over the {policy.max_placements:,} exhaustive search scores")
     idx = arcs.index()
     stage_keys = stage_key(arcs)
     rows = []

@@ -13,8 +13,8 @@ and the smallest GPU order, chosen greedily against best completions computed ba
 With the order as given, GPU g may follow any earlier GPU, so a pass keeps running bests over the
 states before g (those of g's own host, reached without an entry, and the rest) and takes one step
 per GPU: k steps a pass, not k^2, so a thousand GPUs plan in seconds. A free order's states grow as
-2^k for k distinct GPUs (far fewer when many are alike); beyond MAX_STEPS transitions per pass it
-raises TooLarge.
+2^k for k distinct GPUs (far fewer when many are alike); beyond ``Policy.max_subset_steps``
+transitions per pass it raises TooLarge (``refusal`` says why).
 
 Every pass checks ``limits``' deadline. Stopped once the objective is settled, the answer is a plan
 of that objective traced back through the objective's pass, "feasible" with the objective as its
@@ -32,9 +32,7 @@ import numpy as np
 from solver.arcs import Arcs, by_gpu
 from solver.solvers import Limits, Solution, Stopped, TooLarge, check_deadline, stage_key, usable
 from solver.solvers.dp import BIG, NONE, _best, _check_host, _first, arc_classes, objective_bound
-
-#: Transitions (state, next GPU) one pass of a free order may take: 2^9 * 9 GPUs on one host.
-MAX_STEPS = 5000
+from solver.solvers.policy import POLICY, Policy
 
 
 def subset_steps_for(order: str, mult: list[int], hosts: int) -> int:
@@ -58,6 +56,23 @@ def subset_steps(arcs: Arcs) -> int:
     return subset_steps_for(arcs.order, mult, arcs.n_hosts)
 
 
+def refusal(arcs: Arcs, policy: Policy = POLICY) -> str | None:
+    """Why the host/idle DP does not take this table, or None: with the order as given, a rig order
+    that splits a host's GPUs; with a free order, more transitions per pass than ``policy`` allows."""
+    if arcs.order == "as-given":
+        hosts = arcs.hosts
+        if 1 + int(np.count_nonzero(hosts[1:] != hosts[:-1])) != arcs.n_hosts:
+            return "the host/idle DP takes a rig order that keeps each host's GPUs together"
+        return None
+    steps = subset_steps(arcs)
+    if steps > policy.max_subset_steps:
+        return (
+            f"the host/idle DP takes at most {policy.max_subset_steps:,} transitions per pass, "
+            f"not {steps:,} ({arcs.n_gpus} GPUs in a free order)"
+        )
+    return None
+
+
 class _States:
     """A free order's states, numbered so that every transition goes to a larger number.
 
@@ -70,11 +85,6 @@ class _States:
         self.k = arcs.n_gpus
         self.host = arcs.hosts
         self.h = arcs.n_hosts
-        if subset_steps(arcs) > MAX_STEPS:
-            raise TooLarge(
-                f"the host/idle DP takes at most {MAX_STEPS:,} transitions per pass, "
-                f"not {subset_steps(arcs):,} ({self.k} GPUs in a free order)"
-            )
         self.by_gpu = by_gpu(arcs)
         cls = gpu_classes(arcs)
         self.members = [np.flatnonzero(cls == c) for c in range(int(cls.max()) + 1)]
@@ -280,8 +290,6 @@ class _AsGiven:
         self.k, self.n = arcs.n_gpus, arcs.n_layers
         self.host = arcs.hosts
         self.new_host = np.r_[True, self.host[1:] != self.host[:-1]]  # GPU g opens a run of its host
-        if self.new_host.sum() != arcs.n_hosts:
-            raise TooLarge("the host/idle DP takes a rig order that keeps each host's GPUs together")
         self.by_gpu = by_gpu(arcs)
         self.entry = arcs.entry_units
 
@@ -492,16 +500,20 @@ def arcs_by_start(arcs: Arcs, allowed: np.ndarray) -> list[np.ndarray]:
     return [ids[cut[b] : cut[b + 1]] for b in range(arcs.n_layers + 1)]
 
 
-def _states(arcs: Arcs, deadline: float | None) -> _States | _AsGiven:
+def _states(arcs: Arcs, deadline: float | None, policy: Policy = POLICY) -> _States | _AsGiven:
+    """The DP's states for this table; TooLarge where ``refusal`` says why not."""
+    why = refusal(arcs, policy)
+    if why is not None:
+        raise TooLarge(why)
     return _AsGiven(arcs, deadline) if arcs.order == "as-given" else _States(arcs, deadline)
 
 
-def solve_subsets(arcs: Arcs, limits: Limits | None = None) -> Solution:
+def solve_subsets(arcs: Arcs, limits: Limits | None = None, policy: Policy = POLICY) -> Solution:
     """The exact plan of a rig with idle GPUs or a free order over hosts (see the module doc).
 
     ``limits``' deadline stops it: "feasible" with a plan of the settled objective, else "unknown"."""
     t0 = time.perf_counter()
-    states = _states(arcs, (limits or Limits()).deadline(t0))
+    states = _states(arcs, (limits or Limits()).deadline(t0), policy)
     found: list[Solution] = []
     try:
         got = _settle(states, found)
@@ -555,14 +567,16 @@ def _settle(states: _States | _AsGiven, found: list[Solution]) -> Solution:
     return Solution("dp", "optimal", tuple(gpus), tuple(cuts), bound)
 
 
-def forced_times(arcs: Arcs, gpus: list[int], deadline: float | None = None) -> dict[int, int | None] | None:
+def forced_times(
+    arcs: Arcs, gpus: list[int], deadline: float | None = None, policy: Policy = POLICY
+) -> dict[int, int | None] | None:
     """For each GPU in ``gpus``, the summed time (entries included) of the best plan that uses it,
     by (mass, time) as the objective's first level ranks plans; None if no plan can use it.
 
     What an idle GPU would have cost (the report compares it with the plan's); None for the whole
     answer when ``deadline`` stops it."""
     try:
-        got = _states(arcs, deadline).forced(gpus)
+        got = _states(arcs, deadline, policy).forced(gpus)
     except Stopped:
         return None
     return {g: None if v is None else v[1] for g, v in got.items()}

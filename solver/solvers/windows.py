@@ -26,13 +26,12 @@ import math
 import numpy as np
 
 from solver.arcs import Arcs, gpu_classes
+from solver.scales import EXACT_FLOAT
 from solver.solvers import Stopped, check_deadline
+from solver.solvers.policy import POLICY, Policy
 
-#: States x classes x width^2 steps a pass may take (about a second or two of numpy here).
-MAX_WORK = 2**28
 #: Elements of one temporary block (B states x width x width): 32 MiB of float64.
 CHUNK = 2**22
-EXACT = 2.0**52
 
 
 class Windows:
@@ -180,7 +179,7 @@ def capacities(arcs: Arcs, cls: np.ndarray, allowed: np.ndarray) -> np.ndarray:
 
 def exact(weight: np.ndarray, arcs: Arcs) -> bool:
     """Whether every sum of a plan's weights stays an integer float64 holds exactly."""
-    return float(np.abs(weight).max(initial=0)) * (arcs.n_gpus + 2) * 2 < EXACT
+    return float(np.abs(weight).max(initial=0)) * (arcs.n_gpus + 2) * 2 < EXACT_FLOAT
 
 
 def _none(op: np.ufunc) -> float:
@@ -189,7 +188,7 @@ def _none(op: np.ufunc) -> float:
 
 
 def least_top(
-    arcs: Arcs, keys: np.ndarray, low: int, high: int | None, deadline: float | None
+    arcs: Arcs, keys: np.ndarray, low: int, high: int | None, deadline: float | None, policy: Policy = POLICY
 ) -> tuple[int | None, int]:
     """The least slowest-stage key of any plan, by min-max passes at rising thresholds.
 
@@ -197,9 +196,9 @@ def least_top(
     threshold T from the capacity bound up answers exactly: the least top of a plan within T, or
     none (then every plan's top exceeds T). The thresholds widen the windows about twofold each
     time, so the passes that fail are the cheap ones. Returns (the least top, or None when a pass
-    would take over MAX_WORK steps, the keys are not exact in float64, or the deadline passed;
-    the proven lower bound reached). Without a known plan, a table with no plan at all returns
-    (None, the largest key + 1).
+    would take over ``policy.window_max_work`` steps, the keys are not exact in float64, or the
+    deadline passed; the proven lower bound reached). Without a known plan, a table with no plan at
+    all returns (None, the largest key + 1).
     """
     values = np.unique(keys)
     cls = gpu_classes(arcs)
@@ -221,7 +220,7 @@ def least_top(
         if want == 0:
             low = max(low, t)
         win = Windows(arcs, keys <= t)
-        if win.work > MAX_WORK:
+        if win.work > policy.window_max_work:
             return None, low
         if win.feasible:
             try:
@@ -248,12 +247,14 @@ def _first_at_least(values: np.ndarray, lo: int, hi: int, ok) -> int:
     return lo
 
 
-def exact_through(arcs: Arcs, weight: np.ndarray, deadline: float | None) -> tuple[int, np.ndarray] | None:
+def exact_through(
+    arcs: Arcs, weight: np.ndarray, deadline: float | None, policy: Policy = POLICY
+) -> tuple[int, np.ndarray] | None:
     """(the least summed ``weight`` of any plan on ``arcs``, per arc the least of a plan through it;
     a huge value where none), by the windowed min-plus passes over every arc of the table; None
     when there is no plan, a pass would be too large or inexact, or the deadline passes."""
     win = Windows(arcs, np.ones(len(arcs), dtype=bool))
-    if not win.feasible or win.work > MAX_WORK or not exact(weight, arcs):
+    if not win.feasible or win.work > policy.window_max_work or not exact(weight, arcs):
         return None
     dense = win.dense(weight)
     try:
