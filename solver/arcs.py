@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from solver.objective import Objective
 from solver.problem import Problem
 from solver.scales import COARSE_TIME_SCALE, COEFF_BUDGET, FINE_TIME_SCALE
 
@@ -59,7 +60,7 @@ class Arcs:
     n_layers: int
     n_gpus: int
     order: str
-    objective: str
+    objective: Objective
     first_stage_min_layers: int
     layer_ms: np.ndarray
     gpu: np.ndarray
@@ -205,7 +206,8 @@ def build_arcs(p: Problem, table: Table) -> Arcs:
     keep = _reachable(keep, g, a, b, p) if keep.any() else keep
     g, a, b = g[keep], a[keep], b[keep]
     scale = _time_scale(p, len(g))
-    w = table.weigh(g, a, b, scale, p.objective == "mass")
+    objective = Objective(p.objective)
+    w = table.weigh(g, a, b, scale, objective.maximises)
     hop = round(p.handoff_ms * scale)
     entry = round(p.network_ms * scale) - hop if len(p.host_names) > 1 else 0
     hosts = len(set(p.hosts.tolist()))
@@ -219,7 +221,7 @@ def build_arcs(p: Problem, table: Table) -> Arcs:
         n_layers=n,
         n_gpus=k,
         order=p.order,
-        objective=p.objective,
+        objective=objective,
         first_stage_min_layers=p.first_stage_min_layers,
         layer_ms=p.layer_ms,
         gpu=g,

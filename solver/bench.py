@@ -172,7 +172,7 @@ def measure(
         p = reload() if reload else problem
         read.runs.append((time.perf_counter() - t0) * 1e3)
         result = plan_rig(p, limits, policy=policy)
-        cpsat.runs.append(result.solution.info.get("wall_ms", 0.0))
+        cpsat.runs.append(result.solution.wall_ms)
         return result
 
     pieces["end-to-end"], result = repeat_timed(end_to_end, s.repeat, s.budget_s)
@@ -462,7 +462,7 @@ def fresh_point_main(arg: str) -> None:
     sol = result.solution
     got = {"plan_s": plan_s, "peak_mib": peak_rss_mib(), "status": result.status}
     got |= {"gap": plan_json(result)["solver"]["gap"], "solver": sol.name}
-    print(json.dumps({**got, "pruned_arcs": sol.info.get("pruned_arcs")}))
+    print(json.dumps({**got, "pruned_arcs": sol.work.pruned_arcs}))
 
 
 def fresh_point(point: SweepPoint, settings: Settings) -> FreshRun:

@@ -82,13 +82,13 @@ def run_oracle(
     except TooLarge:
         return Oracle(check.solver, "skipped", None, True, 0.0)
     if got.status == "unknown":  # the time limit stopped it before any plan: nothing to compare
-        return Oracle(check.solver, "stopped", None, True, got.info.get("wall_ms", 0.0))
+        return Oracle(check.solver, "stopped", None, True, got.wall_ms)
     plan = evaluate(p, got.gpus, got.cuts) if got.found else None
     if (solution.status == "optimal" or not solution.found) and got.status != "feasible":
         agrees = (got.status, got.gpus, got.cuts) == (solution.status, solution.gpus, solution.cuts)
     else:  # one side stopped by the time limit: both must have a plan
         agrees = got.found and solution.found
-    return Oracle(check.solver, got.status, plan, agrees, got.info.get("wall_ms", 0.0))
+    return Oracle(check.solver, got.status, plan, agrees, got.wall_ms)
 
 
 def plan_rig(
@@ -112,7 +112,7 @@ def plan_rig(
     split = base.status == "heuristic" and bounds_ok(p, base.cuts)
     base_plan = evaluate(p, base.gpus, base.cuts) if split else None
     feasible_base = bool(base_plan and feasible(p, base_plan))
-    baseline = Baseline(list(base.cuts), feasible_base, base_plan, reason=base.info.get("reason"))
+    baseline = Baseline(list(base.cuts), feasible_base, base_plan, reason=base.reason)
     wall_ms = (time.perf_counter() - t0) * 1e3
     status = solution.status if solution.found or solution.status == "infeasible" else "unknown"
     result = Result(p, status, plan, baseline, solution, arcs, table_ms, wall_ms, route=chosen)
@@ -120,8 +120,8 @@ def plan_rig(
     if status == "infeasible":
         ruled = rule is not None and rule.reason
         result.reason = rule.reason if ruled else explain(p, table, arcs, limits.left(t0), policy)
-    elif status == "unknown" and "reason" in solution.info:
-        result.reason = solution.info["reason"]
+    elif status == "unknown" and solution.reason is not None:
+        result.reason = solution.reason
     elif status == "unknown":
         result.reason = "the time limit ran out before any placement was found; allow more time"
     if plan is not None and len(plan.gpus) < p.n_gpus:

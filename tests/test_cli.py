@@ -94,7 +94,7 @@ def test_check_reports_agreement():
 
 def test_check_disagreement_exits_4(monkeypatch):
     def wrong(arcs, limits=None, policy=None):
-        return Solution("exhaustive", "optimal", tuple(range(arcs.n_gpus)), (2, 3, 4), info={"wall_ms": 0.0})
+        return Solution("exhaustive", "optimal", tuple(range(arcs.n_gpus)), (2, 3, 4), wall_ms=0.0)
 
     monkeypatch.setattr(solver.solvers.route, "solve_exhaustive", wrong)  # the box's oracle; the DP plans it
     code, out, _ = run(BOX, "--json", "--check")

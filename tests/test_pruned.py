@@ -136,8 +136,8 @@ def test_the_product_prunes_larger_free_orders_and_agrees_with_the_dp():
     for seed, objective in itertools.product(range(3), ["time", "mass", "throughput"]):
         p = distinct_cards(seed, 9, 60, objective)
         r = plan_rig(p, Limits(workers=1), policy=NO_DP_FIRST)
-        assert "pruned_arcs" in r.solution.info, "the pruned path answered"
-        assert r.solution.info["pruned_arcs"] < len(r.arcs)
+        assert r.solution.work.pruned_arcs is not None, "the pruned path answered"
+        assert r.solution.work.pruned_arcs < len(r.arcs)
         want = exact_dp(r.arcs)
         assert (r.status, r.solution.gpus, r.solution.cuts) == (want.status, want.gpus, want.cuts)
 
@@ -183,8 +183,8 @@ def test_the_host_split_agrees_with_the_host_dp_on_larger_rigs():
         p = hosted(distinct_cards(seed, 7, 40, objective), [0, 0, 0, 1, 1, 1, 1])
         arcs = build_arcs(p, build_table(p))
         got = solve_pruned(arcs, Limits(workers=1), None, lambda a, lim, h: solve_cpsat(a, lim, hint=h))
-        assert got is not None and got.info["split_by_host"]
-        assert got.info["pruned_arcs"] < len(arcs) / 10
+        assert got is not None and got.work.cut_by == "host split"
+        assert got.work.pruned_arcs < len(arcs) / 10
         want = exact_dp(arcs)
         assert (got.status, got.gpus, got.cuts) == (want.status, want.gpus, want.cuts)
 
@@ -193,7 +193,7 @@ def test_check_confirms_a_host_split_plan_in_its_gpu_order():
     """--check beyond the host/idle DP (its size limit lowered here) replays the DP in the chosen order."""
     p = hosted(distinct_cards(5, 7, 40, "time"), [0, 0, 0, 1, 1, 1, 1])
     r = plan_rig(p, Limits(workers=1), check=True, policy=Policy(max_subset_steps=10))
-    assert r.status == "optimal" and r.solution.info.get("split_by_host")
+    assert r.status == "optimal" and r.solution.work.cut_by == "host split"
     assert r.oracle.name == "dp in the chosen GPU order" and r.oracle.agrees
 
 
@@ -207,7 +207,7 @@ def test_the_pruned_path_agrees_with_the_dp_under_every_engine(engine):
         p = dataclasses.replace(p, layer_ms=np.round(np.random.default_rng(seed).uniform(0.4, 2.0, 7), 3))
         arcs = build_arcs(p, build_table(p))
         got, want = planner.solve_plan(arcs, Limits(workers=1), NO_DP_FIRST), exact_dp(arcs)
-        assert "pruned_arcs" in got.info or not len(arcs)
+        assert got.work.pruned_arcs is not None or not len(arcs)
         assert (got.status, got.gpus, got.cuts) == (want.status, want.gpus, want.cuts)
 
 
@@ -266,7 +266,7 @@ def test_the_throughput_objective_cuts_by_windows_and_agrees_with_the_dp():
         p = distinct_cards(seed, 10, 48, "throughput")
         arcs = build_arcs(p, build_table(p))
         got, want = planner.solve_plan(arcs, Limits(workers=1), NO_DP_FIRST), exact_dp(arcs)
-        assert got.info.get("windows") and got.info["pruned_arcs"] < len(arcs) / 50
+        assert got.work.cut_by == "windows" and got.work.pruned_arcs < len(arcs) / 50
         assert (got.status, got.gpus, got.cuts) == (want.status, want.gpus, want.cuts)
 
 

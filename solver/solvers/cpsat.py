@@ -29,12 +29,14 @@ from ortools.sat.python import cp_model
 from solver import interrupt
 from solver.arcs import Arcs, best_through, subset
 from solver.arcs import by_gpu as arcs_by_gpu
+from solver.objective import Objective
 from solver.scales import MASS_SCALE
-from solver.solvers import Limits, Solution, Stopped, check_deadline, relaxed_bound, stage_key, usable
+from solver.solvers import Limits, Solution, Stopped, Work, check_deadline, relaxed_bound, stage_key, usable
 from solver.solvers.policy import POLICY, Policy
 
 Fix = Callable[[cp_model.CpModel, list, Arcs], None]
-Objective = Callable[[cp_model.CpModel, list, Arcs], cp_model.LinearExpr | np.ndarray]
+#: A level's objective: a linear expression, or one coefficient per arc variable.
+Goal = Callable[[cp_model.CpModel, list, Arcs], cp_model.LinearExpr | np.ndarray]
 
 
 class _Progress(cp_model.CpSolverSolutionCallback):
@@ -321,7 +323,7 @@ class _Chain:
         return s
 
     def solve(
-        self, objective: Objective, sense: str, progress: bool = False, gap: int = 0
+        self, objective: Goal, sense: str, progress: bool = False, gap: int = 0
     ) -> tuple[str, int | None]:
         """Build the model on the arcs in play, apply the fixed levels, optimise one more.
 
@@ -352,7 +354,7 @@ class _Chain:
         cb = None
         if progress and self.limits.progress:
             a = self.root
-            if a.objective == "mass":
+            if a.objective is Objective.MASS:
                 cb = _Progress(self.limits.progress, "held mass", lambda v: v / MASS_SCALE)
             else:
                 cb = _Progress(self.limits.progress, "window ms", lambda v: (a.const_time + v) / a.time_scale)
@@ -376,7 +378,7 @@ class _Chain:
         self.last_bound = s.best_objective_bound
         return "optimal", int(expr[picked].sum()) if isinstance(expr, np.ndarray) else int(s.value(expr))
 
-    def step(self, objective: Objective, sense: str, progress: bool = False) -> int | None:
+    def step(self, objective: Goal, sense: str, progress: bool = False) -> int | None:
         """``solve`` for a level that must have a plan: the proven value, or None if stopped."""
         state, value = self.solve(objective, sense, progress)
         if state == "infeasible":
@@ -408,7 +410,7 @@ def solve_cpsat(
     chain = _start(arcs, limits, hint, t0, policy)
     bound = None
     done = len(arcs) > 0
-    if done and arcs.objective == "mass":
+    if done and arcs.objective is Objective.MASS:
         if chain.chosen is not None:
             _prune(chain, lambda a: a.mass, "max", int(arcs.mass[chain.chosen].sum()))
         best_mass = chain.step(lambda m, x, a: a.mass, "max", progress=True)
@@ -419,31 +421,31 @@ def solve_cpsat(
             _prune(chain, lambda a: a.mass, "max", best_mass)
         elif chain.bound is not None:
             bound = chain.bound / MASS_SCALE
-    if done and arcs.objective == "throughput":
+    if done and arcs.objective is Objective.THROUGHPUT:
         top, lowest = _stage_level(chain)
         done = top is not None
         bound = (top if done else lowest) / 10**6 if lowest is not None else None
     if done:
-        if chain.chosen is not None and arcs.objective in ("time", "throughput"):
+        if chain.chosen is not None and arcs.objective is not Objective.MASS:
             cap = arcs.time_cap(_plan_time(arcs, chain.chosen))
             _prune(chain, lambda a: a.time, "min", cap + _time_slack(arcs))
-        best_time = _time_level(chain, progress=arcs.objective == "time")
+        best_time = _time_level(chain, progress=arcs.objective is Objective.TIME)
         done = best_time is not None
-        if arcs.objective == "time":
+        if arcs.objective is Objective.TIME:
             bound = arcs.window_ms(best_time) if done else _ms(arcs, chain.bound)
         if done:
             cap = arcs.time_cap(best_time)
             chain.fixes.append(lambda m, x, a, v=cap: _bound_time(m, a, v))
             _prune(chain, lambda a: a.time, "min", cap + _time_slack(arcs))
     done = done and _spare_level(chain) and _tie_breaks(chain)
-    info = {"wall_ms": (time.perf_counter() - t0) * 1e3, "solves": chain.solves, "arcs_left": len(chain.arcs)}
+    wall_ms, work = (time.perf_counter() - t0) * 1e3, Work(solves=chain.solves, arcs_left=len(chain.arcs))
     if chain.chosen is None:
-        return Solution("cp-sat", "infeasible" if chain.proven else "unknown", info=info)
+        return Solution("cp-sat", "infeasible" if chain.proven else "unknown", wall_ms=wall_ms, work=work)
     gpus, cuts = _read(arcs, chain.chosen)
     status = "optimal" if done and chain.proven else "feasible"
     if bound is None or status == "feasible":
-        bound = _tighter(arcs.objective, bound, relaxed_bound(arcs))
-    return Solution("cp-sat", status, gpus, cuts, bound, info)
+        bound = arcs.objective.tighter(bound, relaxed_bound(arcs))
+    return Solution("cp-sat", status, gpus, cuts, bound, wall_ms=wall_ms, work=work)
 
 
 def _time_level(chain: _Chain, progress: bool) -> int | None:
@@ -523,7 +525,7 @@ def forced_time(arcs: Arcs, g: int, limits: Limits, policy: Policy = POLICY) -> 
         m.add(cp_model.LinearExpr.sum([x[i] for i in np.flatnonzero(a.gpu == g)]) == 1)
 
     chain.fixes.append(use)
-    if arcs.objective == "mass":
+    if arcs.objective is Objective.MASS:
         state, most = chain.solve(lambda m, x, a: a.mass, "max")
         if state != "optimal":
             return state == "infeasible", None
@@ -565,13 +567,6 @@ def _spare_level(chain: _Chain) -> bool:
         return True
     got, _ = _threshold(chain, values, lambda a, v: a.spare >= v, lambda plan: spare[plan].min())
     return got is not None
-
-
-def _tighter(objective: str, a: float | None, b: float | None) -> float | None:
-    """The tighter of two valid bounds on the objective (either may be None)."""
-    if a is None or b is None:
-        return b if a is None else a
-    return min(a, b) if objective == "mass" else max(a, b)
 
 
 def _ms(arcs: Arcs, bound: float | None) -> float | None:

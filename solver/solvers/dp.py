@@ -25,7 +25,6 @@ import numpy as np
 
 from solver.arcs import Arcs
 from solver.arcs import by_gpu as arcs_by_gpu
-from solver.scales import MASS_SCALE
 from solver.solvers import Limits, Solution, Stopped, TooLarge, check_deadline, stage_key, usable
 from solver.solvers.policy import POLICY, Policy
 
@@ -360,7 +359,7 @@ def solve_dp(arcs: Arcs, limits: Limits | None = None, policy: Policy = POLICY) 
         got = _settle(graph, found)
     except Stopped:
         got = dataclasses.replace(found[-1], status="feasible") if found else Solution("dp", "unknown")
-    return dataclasses.replace(got, info={"wall_ms": (time.perf_counter() - t0) * 1e3})
+    return dataclasses.replace(got, wall_ms=(time.perf_counter() - t0) * 1e3)
 
 
 def _settle(graph: _Graph, found: list[Solution]) -> Solution:
@@ -368,7 +367,7 @@ def _settle(graph: _Graph, found: list[Solution]) -> Solution:
     arcs = graph.arcs
     allowed = np.ones(len(arcs), dtype=bool)
     top = 0
-    if arcs.objective == "throughput":
+    if arcs.objective.minmax:
         keys = stage_key(arcs)
         top = graph.minimax(keys, allowed)
         if top is None:
@@ -415,11 +414,8 @@ def _settle(graph: _Graph, found: list[Solution]) -> Solution:
 def objective_bound(arcs: Arcs, top: int, mass_star: int, time_star: int) -> float:
     """The proven optimum in the objective's own units: the slowest stage's ms (throughput, ``top`` in
     whole 1e-6 ms), the held mass, or the window ms."""
-    if arcs.objective == "throughput":
-        return top / 10**6
-    if arcs.objective == "mass":
-        return mass_star / MASS_SCALE
-    return arcs.window_ms(time_star)
+    value = top if arcs.objective.minmax else mass_star if arcs.objective.maximises else time_star
+    return arcs.objective.in_units(arcs, value)
 
 
 def _check_host(arcs: Arcs, gpus: list[int], cuts: list[int]) -> None:

@@ -32,9 +32,9 @@ def rank(arcs: Arcs, sol: Solution) -> tuple:
     """The tie chain's key of a plan (smaller is better)."""
     ids = plan_arcs(arcs, sol.gpus, sol.cuts)
     time = int(arcs.time_key(int(arcs.time[ids].sum())))
-    if arcs.objective == "mass":
+    if arcs.objective.maximises:
         head: tuple = (-int(arcs.mass[ids].sum()), time)
-    elif arcs.objective == "throughput":
+    elif arcs.objective.minmax:
         head = (int(stage_key(arcs)[ids].max()), time)
     else:
         head = (time,)
@@ -54,4 +54,5 @@ def solve_in_orders(arcs: Arcs, orders: list[tuple[int, ...]], solve: Solver, na
             best = got
     if best is None:
         return Solution(name, "infeasible")
-    return dataclasses.replace(best, status="optimal", info={**best.info, "orders": len(orders)})
+    work = dataclasses.replace(best.work, orders=len(orders))
+    return dataclasses.replace(best, status="optimal", work=work)

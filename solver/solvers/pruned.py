@@ -30,6 +30,7 @@ from collections.abc import Callable
 import numpy as np
 
 from solver.arcs import Arcs, subset
+from solver.objective import Objective
 from solver.scales import MASS_SCALE
 from solver.solvers import Limits, Solution, hostsplit, lagrange, plan_arcs, stage_key, usable, windows
 from solver.solvers.cpsat import least_top_stage
@@ -58,15 +59,15 @@ def solve_pruned(
     if limits.started is None:  # one clock for every round
         limits = dataclasses.replace(limits, started=t0)
     proven = None  # the objective's value, once settled (the throughput objective's slowest stage)
-    if arcs.objective == "throughput":
+    if arcs.objective.minmax:
         keys = stage_key(arcs)
         top, low = _least_top(arcs, keys, limits, hint, inner, t0, policy)
         if top is None and low > keys.max():  # no plan at all, proven exactly
-            return Solution("dp", "infeasible", info={"wall_ms": (time.perf_counter() - t0) * 1e3})
+            return Solution("dp", "infeasible", wall_ms=(time.perf_counter() - t0) * 1e3)
         if top is None:
             if limits.left(t0) == 0:  # stopped: the hint, if any, with the slowest stage proven so far
                 stop = Solution(hint.name if hint is not None else "cut", "unknown")
-                return _stopped(arcs, stop, hint, 0, 0, low / 10**6, {})
+                return _stopped(arcs, stop, hint, 0, 0, low / 10**6)
             return None
         ids = usable(arcs, hint)
         if ids is None or keys[ids].max() > top:
@@ -77,11 +78,11 @@ def solve_pruned(
         got = _split(arcs, limits, hint, inner, t0, proven, policy)
         if got is not None:
             return got
-    elif arcs.objective == "throughput":
+    elif arcs.objective.minmax:
         got = _window_cut(arcs, limits, hint, inner, t0, proven, policy)
         if got is not None:
             return got
-    if arcs.objective != "mass":
+    if not arcs.objective.maximises:
         return _rounds(arcs, arcs.time, arcs.time_cap, limits, hint, inner, t0, policy, proven=proven)
     known = _value(arcs, -arcs.mass, hint)
     prices = lagrange.prices(arcs, -arcs.mass, known, limits.deadline(t0), policy)
@@ -93,7 +94,8 @@ def solve_pruned(
     sub = subset(arcs, most)
     got = _rounds(sub, arcs.time[most], arcs.time_cap, limits, hint, inner, t0, policy, held=-known)
     if got is not None and got.status == "optimal":
-        got.info["pruned_arcs_by_mass"] = int(most.sum())
+        work = dataclasses.replace(got.work, pruned_arcs_by_mass=int(most.sum()))
+        got = dataclasses.replace(got, work=work)
     return got
 
 
@@ -154,7 +156,7 @@ def _within(
     rounds, which find plans far faster than a feasibility solve), an "infeasible" Solution if none,
     or None when that cannot be told (the deadline, or bounds out of reach)."""
     within = keys <= top
-    sub = dataclasses.replace(subset(arcs, within), objective="time")
+    sub = dataclasses.replace(subset(arcs, within), objective=Objective.TIME)
     if not len(sub) or path_minimax(sub, keys[within], np.ones(len(sub), dtype=bool)) > top:
         return Solution("cut", "infeasible")  # not even a relaxed path of k arcs
     got = _rounds(sub, sub.time, sub.time_cap, limits, None, inner, t0, policy, widen=policy.widen_any)
@@ -174,13 +176,13 @@ def _split(
 ) -> Solution | None:
     """Several hosts: cut at the optimum's tie set by the exact best plan through each arc
     (``solver.solvers.hostsplit``), one solve. None when the split's tables would be too large."""
-    weight = -arcs.mass if arcs.objective == "mass" else arcs.time
+    weight = -arcs.mass if arcs.objective.maximises else arcs.time
     split = hostsplit.exact_through(arcs, weight, policy=policy)
     if split is None:
         return None
     best, through = split
-    cut = best if arcs.objective == "mass" else arcs.time_cap(best)
-    return _cut_solve(arcs, weight, best, through, cut, limits, hint, inner, t0, proven, "split_by_host")
+    cut = best if arcs.objective.maximises else arcs.time_cap(best)
+    return _cut_solve(arcs, weight, best, through, cut, limits, hint, inner, t0, proven, "host split")
 
 
 def _window_cut(
@@ -222,13 +224,12 @@ def _cut_solve(
     off: None, and the rounds answer."""
     keep = through <= cut
     got = inner(subset(arcs, keep), _clamped(limits, arcs, cut, best, proven), hint)
-    info = {"pruned_arcs": int(keep.sum()), "rounds": 1, how: True}
-    info["wall_ms"] = (time.perf_counter() - t0) * 1e3
+    got = _tagged(got, t0, pruned_arcs=int(keep.sum()), rounds=1, cut_by=how)
     if got.status == "optimal" and int(weight[_ids(arcs, got)].sum()) <= cut:
-        return dataclasses.replace(got, info={**got.info, **info})
+        return got
     if got.status in ("optimal", "infeasible"):
         return None
-    return _stopped(arcs, got, hint, cut, best, proven, info)
+    return _stopped(arcs, got, hint, cut, best, proven)
 
 
 def _rounds(
@@ -275,14 +276,14 @@ def _rounds(
                 cut, hint, rounds = edge(value), got, rounds + 1
                 keep = through <= cut
                 got = inner(subset(arcs, keep), _clamped(limits, arcs, cut, prices.bound, proven), hint)
-        info = {"pruned_arcs": int(keep.sum()), "rounds": rounds, "lagrange_steps": prices.steps}
-        info["wall_ms"] = (time.perf_counter() - t0) * 1e3
+        work = {"pruned_arcs": int(keep.sum()), "rounds": rounds, "lagrange_steps": prices.steps}
+        got = _tagged(got, t0, **work, cut_by="lagrange")
         if (got.status == "infeasible" or lost) and not keep.all():
             margin *= widen  # nothing good enough within the cut: widen it
             continue
         if got.status in ("optimal", "infeasible"):
-            return dataclasses.replace(got, info={**got.info, **info})
-        return _stopped(arcs, got, hint, cut, prices.bound, proven, info)
+            return got
+        return _stopped(arcs, got, hint, cut, prices.bound, proven)
 
 
 def _ids(arcs: Arcs, plan: Solution) -> np.ndarray:
@@ -301,7 +302,7 @@ def _global(arcs: Arcs, inner_bound: float | None, cut: int, lowest: int, proven
     ``proven``: the objective's value, settled before the cut (then that is the bound)."""
     if proven is not None:
         return proven
-    if arcs.objective == "mass":
+    if arcs.objective.maximises:
         outside, best = -(cut + 1) / MASS_SCALE, -lowest / MASS_SCALE
         return best if inner_bound is None else min(best, max(inner_bound, outside))
     outside, best = arcs.window_ms(cut + 1), arcs.window_ms(lowest)
@@ -320,13 +321,19 @@ def _clamped(limits: Limits, arcs: Arcs, cut: int, lowest: int, proven: float | 
     return dataclasses.replace(limits, progress=progress)
 
 
+def _tagged(got: Solution, t0: float, **work: int | str) -> Solution:
+    """``got`` with the pruned path's wall time and what it did (``Work`` fields) added."""
+    wall_ms = (time.perf_counter() - t0) * 1e3
+    return dataclasses.replace(got, wall_ms=wall_ms, work=dataclasses.replace(got.work, **work))
+
+
 def _stopped(
-    arcs: Arcs, got: Solution, hint: Solution | None, cut: int, lowest: int, proven: float | None, info: dict
+    arcs: Arcs, got: Solution, hint: Solution | None, cut: int, lowest: int, proven: float | None
 ) -> Solution:
     """The time limit ran out: the best plan found (or the hint) as feasible, with a global bound."""
-    info = {**got.info, **info}
     best = got if got.found else hint
     if best is None or not best.found:
-        return dataclasses.replace(got, status="unknown", info=info)
+        return dataclasses.replace(got, status="unknown")
     bound = _global(arcs, got.bound if got.found else None, cut, lowest, proven)
-    return dataclasses.replace(best, name=got.name, status="feasible", bound=bound, info=info)
+    done = {"wall_ms": got.wall_ms, "work": got.work, "reason": got.reason}
+    return dataclasses.replace(best, name=got.name, status="feasible", bound=bound, **done)

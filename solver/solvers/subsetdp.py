@@ -519,9 +519,9 @@ def solve_subsets(arcs: Arcs, limits: Limits | None = None, policy: Policy = POL
         got = _settle(states, found)
     except Stopped:
         if not found:
-            return Solution("dp", "unknown", info={"wall_ms": (time.perf_counter() - t0) * 1e3})
+            return Solution("dp", "unknown", wall_ms=(time.perf_counter() - t0) * 1e3)
         got = dataclasses.replace(found[-1], status="feasible")
-    return dataclasses.replace(got, info={"wall_ms": (time.perf_counter() - t0) * 1e3})
+    return dataclasses.replace(got, wall_ms=(time.perf_counter() - t0) * 1e3)
 
 
 def _settle(states: _States | _AsGiven, found: list[Solution]) -> Solution:
@@ -533,7 +533,7 @@ def _settle(states: _States | _AsGiven, found: list[Solution]) -> Solution:
     if best is None:
         return Solution("dp", "infeasible")
     top = 0
-    if arcs.objective == "throughput":
+    if arcs.objective.minmax:
         keys = stage_key(arcs)
         top = _first(
             np.unique(keys), lambda v: states.best(states.forward(allowed & (keys <= v))) is not None
