@@ -7,9 +7,10 @@ import time
 import numpy as np
 
 from solver import interrupt
-from solver.arcs import Arcs, best_through
+from solver.arcs import Arcs
 from solver.engines import Table, engine_of
 from solver.problem import Problem
+from solver.solvers.paths import best_through
 from solver.solvers.policy import POLICY, Policy
 from solver.units import format_size
 

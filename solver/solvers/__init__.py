@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from solver.arcs import Arcs
-from solver.objective import Objective
-from solver.objective import stage_key as stage_key
+from solver.arcs import Arcs, Objective
+from solver.arcs import stage_key as stage_key
+from solver.solvers.paths import any_path, stage_tables
 
 
 @dataclass(frozen=True)
@@ -122,6 +122,19 @@ def usable(arcs: Arcs, plan: Solution | None) -> np.ndarray | None:
     return ids
 
 
+def check_host(arcs: Arcs, gpus: list[int] | tuple[int, ...], cuts: list[int] | tuple[int, ...]) -> None:
+    """TooLarge when a DP's unconstrained optimum leaves more expert bytes in host memory than the
+    limit allows: a path DP cannot carry that knapsack constraint, so it declines."""
+    if arcs.host_limit is None:
+        return
+    host = int(arcs.host[plan_arcs(arcs, tuple(gpus), tuple(cuts))].sum())
+    if host > arcs.host_limit:
+        raise TooLarge(
+            f"the DP's unconstrained optimum leaves {host:,} bytes in host memory, over the limit of "
+            f"{arcs.host_limit:,}; the DP cannot carry that limit"
+        )
+
+
 def plan_score(arcs: Arcs, gpus: tuple[int, ...], cuts: tuple[int, ...]) -> tuple[int, int, int] | None:
     """(mass, time, bottleneck) of a plan in table units, or None if a stage is not an arc."""
     ids = plan_arcs(arcs, gpus, cuts)
@@ -135,43 +148,16 @@ def relaxed_bound(arcs: Arcs) -> float | None:
 
     With the order as given, stage s is GPU s and the pass is exact; with a free order it lets a GPU
     repeat, a relaxation. With idle GPUs a plan has any number of stages: the pass takes paths of
-    any length (``_any_path``). It ignores ``host_limit``, which only makes plans worse. Window ms
+    any length (``paths.any_path``). It ignores ``host_limit``, which only makes plans worse. Window ms
     for time, held mass for mass, the slowest stage's ms for throughput (a min-max pass); None when
     no path covers the layers.
     """
     objective = arcs.objective
-    weight, worst, better = objective.weight(arcs), objective.worst, objective.better
-    if arcs.idle:
-        reach = _any_path(arcs, weight, worst, better)
-    else:
-        n, k = arcs.n_layers, arcs.n_gpus
-        reach = np.full(n + 1, worst, dtype=np.int64)
-        reach[0] = 0
-        for s in range(k):
-            on = (reach[arcs.start] != worst) & ((arcs.gpu == s) if arcs.order == "as-given" else True)
-            nxt = np.full(n + 1, worst, dtype=np.int64)
-            came = reach[arcs.start[on]]
-            better.at(nxt, arcs.end[on], objective.combine(came, weight[on]))
-            reach = nxt
-    if reach[arcs.n_layers] == worst:
+    pass_ = (objective.weight(arcs), 0, objective.worst, objective.better, objective.combine)
+    reach = any_path(arcs, *pass_) if arcs.idle else stage_tables(arcs, *pass_)[-1]
+    if reach[arcs.n_layers] == objective.worst:
         return None
     value = int(reach[arcs.n_layers])
     if arcs.idle and objective is Objective.TIME:  # each host run costs entry_units: 1 to n_hosts runs
         value += arcs.entry_units * (1 if arcs.entry_units > 0 else arcs.n_hosts)
     return objective.in_units(arcs, value)
-
-
-def _any_path(arcs: Arcs, weight: np.ndarray, worst: int, better: np.ufunc) -> np.ndarray:
-    """Per boundary, the best ``weight`` (summed; the largest for throughput) of a path of arcs from
-    layer 0 to it, any GPUs, any number of them: one sweep, arcs grouped by their start."""
-    n = arcs.n_layers
-    order = np.argsort(arcs.start, kind="stable")
-    cut = np.searchsorted(arcs.start[order], np.arange(n + 2))
-    reach = np.full(n + 1, worst, dtype=np.int64)
-    reach[0] = 0
-    for p in range(n):  # arcs go forward: boundary p is final once every arc into it is seen
-        if reach[p] == worst:
-            continue
-        ids = order[cut[p] : cut[p + 1]]
-        better.at(reach, arcs.end[ids], arcs.objective.combine(reach[p], weight[ids]))
-    return reach

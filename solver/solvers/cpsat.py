@@ -11,7 +11,7 @@ solves), time (every plan within the best whole 1e-6 ms ties), the plan's spare 
 same way; no solve when no arc limits it), the bottleneck, the cut list, then the GPU order (free
 order). ``host_limit`` is one linear constraint in every model. After each level its
 proven value is kept as a constraint, and arcs that cannot belong to any plan meeting the levels so
-far are dropped (``solver.arcs.best_through`` bounds each arc's best whole plan), so later levels
+far are dropped (``solver.solvers.paths.best_through`` bounds each arc's best whole plan), so later levels
 solve small models.
 """
 
@@ -27,11 +27,11 @@ import pandas as pd
 from ortools.sat.python import cp_model
 
 from solver import interrupt
-from solver.arcs import Arcs, best_through, subset
+from solver.arcs import Arcs, Objective, subset
 from solver.arcs import by_gpu as arcs_by_gpu
-from solver.objective import Objective
 from solver.scales import MASS_SCALE
 from solver.solvers import Limits, Solution, Stopped, Work, check_deadline, relaxed_bound, stage_key, usable
+from solver.solvers.paths import best_through, through_any
 from solver.solvers.policy import POLICY, Policy
 
 Fix = Callable[[cp_model.CpModel, list, Arcs], None]
@@ -165,29 +165,10 @@ def _prune(chain: _Chain, weight: Callable[[Arcs], np.ndarray], sense: str, limi
     path through the arc over any arcs at all (``_through_any``), a relaxation of any plan."""
     a = chain.arcs
     if a.idle:
-        through = _through_any(a, weight(a), sense)
+        through = through_any(a, weight(a), sense)
     else:
         through = best_through(a, weight(a), sense, chain.policy.exact_free_order_states)
     chain.keep(through >= limit if sense == "max" else through <= limit)
-
-
-def _through_any(arcs: Arcs, weight: np.ndarray, sense: str) -> np.ndarray:
-    """Per arc, the best total ``weight`` of a path of arcs from layer 0 to layer L through it, any
-    GPUs, any count (``sense`` "min": a lower bound on every plan through it; "max": an upper one)."""
-    n = arcs.n_layers
-    worst = np.iinfo(np.int64).max // 4 * (1 if sense == "min" else -1)
-    better = np.minimum if sense == "min" else np.maximum
-    fwd = np.full(n + 1, worst, dtype=np.int64)
-    bwd = np.full(n + 1, worst, dtype=np.int64)
-    fwd[0], bwd[n] = 0, 0
-    for p in range(n):  # arcs go forward, so boundary p is final once the arcs into it are seen
-        on = (arcs.start == p) & (fwd[p] != worst)
-        better.at(fwd, arcs.end[on], fwd[p] + weight[on])
-    for p in range(n, 0, -1):
-        on = (arcs.end == p) & (bwd[p] != worst)
-        better.at(bwd, arcs.start[on], bwd[p] + weight[on])
-    dead = (fwd[arcs.start] == worst) | (bwd[arcs.end] == worst)
-    return np.where(dead, worst, fwd[arcs.start] + weight + bwd[arcs.end])
 
 
 def _host_runs(m: cp_model.CpModel, xs: np.ndarray, arcs: Arcs, check: Callable[[], None]) -> list:

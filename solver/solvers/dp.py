@@ -25,23 +25,18 @@ import numpy as np
 
 from solver.arcs import Arcs
 from solver.arcs import by_gpu as arcs_by_gpu
-from solver.solvers import Limits, Solution, Stopped, TooLarge, check_deadline, stage_key, usable
+from solver.solvers import (
+    Limits,
+    Solution,
+    Stopped,
+    TooLarge,
+    check_deadline,
+    check_host,
+    stage_key,
+    usable,
+)
+from solver.solvers.paths import BIG, NONE, Radix, best_per, first_value, stage_tables
 from solver.solvers.policy import POLICY, Policy
-
-NONE = -1  # mass of an unreachable state
-BIG = np.iinfo(np.int64).max // 4  # time of an unreachable state; sums of two stay within int64
-
-
-def _best(target: np.ndarray, mass: np.ndarray, cost: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per target index, the lexicographic best (max mass, then min time); NONE mass = none."""
-    best_m = np.full(size, NONE, dtype=np.int64)
-    best_t = np.full(size, BIG, dtype=np.int64)
-    if len(target):
-        order = np.lexsort((cost, -mass, target))
-        pick = order[np.unique(target[order], return_index=True)[1]]
-        best_m[target[pick]] = mass[pick]
-        best_t[target[pick]] = cost[pick]
-    return best_m, best_t
 
 
 def arc_classes(arcs: Arcs) -> np.ndarray:
@@ -98,9 +93,8 @@ class _Graph:
             cls = arc_classes(arcs)
             self.members = [np.flatnonzero(cls == c) for c in range(cls.max() + 1)]
             self.mult = np.array([len(m) for m in self.members])
-            states = math.prod(int(m) + 1 for m in self.mult)
-            self.stride = np.concatenate([[1], np.cumprod(self.mult + 1)[:-1]]).astype(np.int64)
-            self.counts = (np.arange(states)[:, None] // self.stride[None, :]) % (self.mult + 1)[None, :]
+            radix = Radix(self.mult)
+            states, self.stride, self.counts = radix.size, radix.stride, radix.counts
             self.by_link = [by_gpu[m[0]] for m in self.members]  # one GPU's arcs stand for its class
             self.levels = list(range(states))
         self.final = self.levels[-1]
@@ -185,7 +179,7 @@ class _Graph:
         if link[0] == "arcs":
             _, src, dst, mass, cost = link
             ok = lm[src] >= 0
-            return _best(dst[ok], lm[src[ok]] + mass[ok], lt[src[ok]] + cost[ok], n)
+            return best_per(dst[ok], lm[src[ok]] + mass[ok], lt[src[ok]] + cost[ok], n)
         m, t = np.full(n, NONE, dtype=np.int64), np.full(n, BIG, dtype=np.int64)
         _, r0, c0, mass, cost = link
         reach = np.flatnonzero(lm[r0 : r0 + len(mass)] >= 0)
@@ -312,38 +306,11 @@ class _Graph:
         return int(table[self.final][0][-1]), int(table[self.final][1][-1]), plan
 
 
-def _first(values: np.ndarray, ok, last_likely: bool = False) -> int:
-    """The first of ``values`` where ``ok`` holds, by bisection: ``ok`` must fail on a prefix of
-    them and hold on the rest, and hold on the last (never tried, so one value costs nothing).
-
-    ``last_likely`` tries the second last first, so an answer at the last value costs one pass.
-    """
-    lo, hi = 0, len(values) - 1
-    if last_likely and hi > 0:
-        if not ok(values[hi - 1]):
-            return int(values[hi])
-        hi -= 1
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if ok(values[mid]):
-            hi = mid
-        else:
-            lo = mid + 1
-    return int(values[lo])
-
-
 def path_minimax(arcs: Arcs, weight: np.ndarray, allowed: np.ndarray) -> int:
     """A lower bound on the smallest max ``weight`` of a plan on ``allowed`` arcs, from a k-stage
     path pass (exact with the order as given; a free order lets a GPU repeat)."""
-    n, worst = arcs.n_layers, np.iinfo(np.int64).max
-    reach = np.full(n + 1, worst, dtype=np.int64)
-    reach[0] = np.iinfo(np.int64).min
-    for s in range(arcs.n_gpus):
-        on = allowed & (reach[arcs.start] != worst) & ((arcs.gpu == s) if arcs.order == "as-given" else True)
-        nxt = np.full(n + 1, worst, dtype=np.int64)
-        np.minimum.at(nxt, arcs.end[on], np.maximum(reach[arcs.start[on]], weight[on]))
-        reach = nxt
-    return int(reach[n])
+    low, high = np.iinfo(np.int64).min, np.iinfo(np.int64).max
+    return int(stage_tables(arcs, weight, low, high, np.minimum, np.maximum, allowed)[-1, -1])
 
 
 def solve_dp(arcs: Arcs, limits: Limits | None = None, policy: Policy = POLICY) -> Solution:
@@ -395,7 +362,7 @@ def _settle(graph: _Graph, found: list[Solution]) -> Solution:
         return got is not None and bool(good(*got))
 
     spares = np.unique(arcs.spare[allowed])[::-1]  # largest first: the most spare a tied plan keeps
-    spare = _first(spares, lambda v: tied(allowed & (arcs.spare >= v)))
+    spare = first_value(spares, lambda v: tied(allowed & (arcs.spare >= v)))
     if len(spares) > 1:
         allowed &= arcs.spare >= spare
         plan = graph.best_plan(allowed)[2]  # a tied plan with that spare
@@ -403,11 +370,11 @@ def _settle(graph: _Graph, found: list[Solution]) -> Solution:
     # and on the rigs measured is most often that plan's own
     low, high = path_minimax(arcs, arcs.bottleneck, allowed), int(arcs.bottleneck[plan].max())
     values = np.unique(arcs.bottleneck[allowed & (arcs.bottleneck >= low) & (arcs.bottleneck <= high)])
-    worst = _first(values, lambda b: tied(allowed & (arcs.bottleneck <= b)), last_likely=True)
+    worst = first_value(values, lambda b: tied(allowed & (arcs.bottleneck <= b)), last_likely=True)
     allowed &= arcs.bottleneck <= worst
     cuts = _greedy_cuts(graph, allowed, good)
     gpus = _greedy_order(graph, allowed, cuts, good)
-    _check_host(arcs, gpus, cuts)
+    check_host(arcs, gpus, cuts)
     return Solution("dp", "optimal", tuple(gpus), tuple(cuts), bound)
 
 
@@ -416,20 +383,6 @@ def objective_bound(arcs: Arcs, top: int, mass_star: int, time_star: int) -> flo
     whole 1e-6 ms), the held mass, or the window ms."""
     value = top if arcs.objective.minmax else mass_star if arcs.objective.maximises else time_star
     return arcs.objective.in_units(arcs, value)
-
-
-def _check_host(arcs: Arcs, gpus: list[int], cuts: list[int]) -> None:
-    """TooLarge when the unconstrained optimum leaves more expert bytes in host memory than allowed."""
-    if arcs.host_limit is None:
-        return
-    from solver.solvers import plan_arcs
-
-    host = int(arcs.host[plan_arcs(arcs, tuple(gpus), tuple(cuts))].sum())
-    if host > arcs.host_limit:
-        raise TooLarge(
-            f"the DP's unconstrained optimum leaves {host:,} bytes in host memory, over the limit of "
-            f"{arcs.host_limit:,}; the DP cannot carry that limit"
-        )
 
 
 def _greedy_cuts(graph: _Graph, allowed: np.ndarray, good) -> list[int]:

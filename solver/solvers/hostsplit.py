@@ -28,6 +28,7 @@ import numpy as np
 
 from solver.arcs import Arcs, gpu_classes
 from solver.scales import EXACT_FLOAT
+from solver.solvers.paths import Radix
 from solver.solvers.policy import POLICY, Policy
 
 
@@ -40,14 +41,6 @@ def _product(a: np.ndarray, c: np.ndarray, op: np.ufunc) -> np.ndarray:
     for lo in range(0, n, step):
         out[lo : lo + step] = op(a[lo : lo + step, :, None], c[None]).min(axis=1)
     return out
-
-
-def _host_states(members: list[int], mult: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Mixed-radix strides of a host's classes and the counts per class of each state."""
-    radix = mult[members] + 1
-    stride = np.concatenate([[1], np.cumprod(radix)[:-1]]).astype(np.int64)
-    counts = (np.arange(math.prod(int(r) for r in radix))[:, None] // stride[None, :]) % radix[None, :]
-    return stride, counts
 
 
 def exact_through(
@@ -73,7 +66,7 @@ def exact_through(
     members = [np.flatnonzero(cls_host == h).tolist() for h in range(hosts)]
     if any(math.prod(int(mult[c]) + 1 for c in m) * n * n > policy.split_max_cells for m in members):
         return None  # (Python ints: the states of 64 classes overflow int64)
-    layout = [_host_states(m, mult) for m in members]
+    layout = [(r.stride, r.counts) for r in (Radix(mult[m]) for m in members)]
     none = 0.0 if op is np.add else -np.inf  # what covering nothing weighs
     inside = [
         _inside(blocks, m, stride, counts, mult, n, op, none) for m, (stride, counts) in zip(members, layout)

@@ -29,8 +29,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from solver.arcs import Arcs, subset
-from solver.objective import Objective
+from solver.arcs import Arcs, Objective, subset
 from solver.scales import MASS_SCALE
 from solver.solvers import Limits, Solution, hostsplit, lagrange, plan_arcs, stage_key, usable, windows
 from solver.solvers.cpsat import least_top_stage

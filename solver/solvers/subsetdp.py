@@ -30,8 +30,9 @@ import time
 import numpy as np
 
 from solver.arcs import Arcs, by_gpu
-from solver.solvers import Limits, Solution, Stopped, TooLarge, check_deadline, stage_key, usable
-from solver.solvers.dp import BIG, NONE, _best, _check_host, _first, arc_classes, objective_bound
+from solver.solvers import Limits, Solution, Stopped, TooLarge, check_deadline, check_host, stage_key, usable
+from solver.solvers.dp import arc_classes, objective_bound
+from solver.solvers.paths import BIG, NONE, Radix, best_per, first_value, merge
 from solver.solvers.policy import POLICY, Policy
 
 
@@ -88,15 +89,15 @@ class _States:
         self.by_gpu = by_gpu(arcs)
         cls = gpu_classes(arcs)
         self.members = [np.flatnonzero(cls == c) for c in range(int(cls.max()) + 1)]
-        self.mult = np.array([len(m) for m in self.members], dtype=np.int64)
-        self.stride = np.concatenate([[1], np.cumprod(self.mult + 1)[:-1]]).astype(np.int64)
-        self.full = int(np.prod(self.mult + 1)) - 1
+        self.radix = Radix(np.array([len(m) for m in self.members], dtype=np.int64))
+        self.mult, self.stride = self.radix.mult, self.radix.stride
+        self.full = self.radix.size - 1
         self.count = (self.full + 1) * (self.h + 1)
         self._succ = [self._successors(s) for s in range(self.count)]
 
     def counts(self, state: int) -> np.ndarray:
         """GPUs used per class in a state."""
-        return (state // (self.h + 1) // self.stride) % (self.mult + 1)
+        return self.radix.digits(state // (self.h + 1))
 
     def _successors(self, state: int) -> list[tuple[int, int, bool]]:
         """(GPU, next state, enters a host) for each GPU that may run the next stage."""
@@ -144,9 +145,9 @@ class _States:
                 if not len(ids):
                     continue
                 src = a.start[ids]
-                m, t = _best(a.end[ids], lm[src] + a.mass[ids], lt[src] + self._cost(ids, enters), n)
+                m, t = best_per(a.end[ids], lm[src] + a.mass[ids], lt[src] + self._cost(ids, enters), n)
                 if nxt in table:
-                    m, t = _merge(m, t, *table[nxt])
+                    m, t = merge(m, t, *table[nxt])
                 table[nxt] = (m, t)
         return table
 
@@ -169,8 +170,8 @@ class _States:
                 if not len(ids):
                     continue
                 dst = a.end[ids]
-                sm, st = _best(a.start[ids], rm[dst] + a.mass[ids], rt[dst] + self._cost(ids, enters), n)
-                m, t = _merge(sm, st, m, t)
+                sm, st = best_per(a.start[ids], rm[dst] + a.mass[ids], rt[dst] + self._cost(ids, enters), n)
+                m, t = merge(sm, st, m, t)
             if (m >= 0).any():
                 table[state] = (m, t)
         return table
@@ -315,14 +316,16 @@ class _AsGiven:
             if g % 64 == 0:
                 check_deadline(self.deadline)
             if self.new_host[g]:
-                other, same = _merge(*other, *same), _nothing(size)
-            pm, pt = _merge(*same, *self._enter(*other))
+                other, same = merge(*other, *same), _nothing(size)
+            pm, pt = merge(*same, *self._enter(*other))
             ids = self.by_gpu[g]
             ids = ids[allowed[ids] & (pm[a.start[ids]] >= 0)]
             if len(ids):
                 src = a.start[ids]
-                fm[g + 1], ft[g + 1] = _best(a.end[ids], pm[src] + a.mass[ids], pt[src] + a.time[ids], size)
-                same = _merge(*same, fm[g + 1], ft[g + 1])
+                fm[g + 1], ft[g + 1] = best_per(
+                    a.end[ids], pm[src] + a.mass[ids], pt[src] + a.time[ids], size
+                )
+                same = merge(*same, fm[g + 1], ft[g + 1])
         return fm, ft
 
     def backward(self, allowed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -340,18 +343,20 @@ class _AsGiven:
             if g % 64 == 0:
                 check_deadline(self.deadline)
             if g + 1 < k and self.new_host[g + 1]:
-                run, after = _nothing(size), _merge(*after, *run)
+                run, after = _nothing(size), merge(*after, *run)
             ids = self.by_gpu[g]
             ids = ids[allowed[ids] & (bm[g + 1, a.end[ids]] >= 0)]
             if len(ids):
                 dst = a.end[ids]
-                step = _best(a.start[ids], bm[g + 1, dst] + a.mass[ids], bt[g + 1, dst] + a.time[ids], size)
-                run = _merge(*run, *step)
+                step = best_per(
+                    a.start[ids], bm[g + 1, dst] + a.mass[ids], bt[g + 1, dst] + a.time[ids], size
+                )
+                run = merge(*run, *step)
             if g > 0 and not self.new_host[g]:  # state g: the last GPU g - 1 shares g's run
-                m, t = _merge(*run, *self._enter(*after))
+                m, t = merge(*run, *self._enter(*after))
             else:
-                m, t = self._enter(*_merge(*run, *after))
-            bm[g], bt[g] = _merge(m, t, bm[g], bt[g])
+                m, t = self._enter(*merge(*run, *after))
+            bm[g], bt[g] = merge(m, t, bm[g], bt[g])
         return bm, bt
 
     def best(self, table: tuple[np.ndarray, np.ndarray]) -> tuple[int, tuple[int, int]] | None:
@@ -428,7 +433,7 @@ class _AsGiven:
                 return cuts
             at = int(end[ok].min())
             pick = ok & (end == at)
-            front_m, front_t = _best(g[pick] + 1, sm[pick], st[pick], k + 1)
+            front_m, front_t = best_per(g[pick] + 1, sm[pick], st[pick], k + 1)
             cuts.append(at)
 
     def order(self, allowed: np.ndarray, cuts: list[int], good) -> list[int]:
@@ -471,12 +476,6 @@ class _AsGiven:
 def _nothing(size: int) -> tuple[np.ndarray, np.ndarray]:
     """A (mass, time) table that reaches no boundary."""
     return np.full(size, NONE, dtype=np.int64), np.full(size, BIG, dtype=np.int64)
-
-
-def _merge(m1: np.ndarray, t1: np.ndarray, m2: np.ndarray, t2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Elementwise the better of two (mass, time) tables: more mass, then less time."""
-    first = (m1 > m2) | ((m1 == m2) & (t1 <= t2))
-    return np.where(first, m1, m2), np.where(first, t1, t2)
 
 
 def _pick(x: tuple[int, int], y: tuple[int, int]) -> tuple[int, int]:
@@ -535,7 +534,7 @@ def _settle(states: _States | _AsGiven, found: list[Solution]) -> Solution:
     top = 0
     if arcs.objective.minmax:
         keys = stage_key(arcs)
-        top = _first(
+        top = first_value(
             np.unique(keys), lambda v: states.best(states.forward(allowed & (keys <= v))) is not None
         )
         allowed &= keys <= top
@@ -556,14 +555,14 @@ def _settle(states: _States | _AsGiven, found: list[Solution]) -> Solution:
         return got is not None and bool(good(*got[1]))
 
     spares = np.unique(arcs.spare[allowed])[::-1]
-    spare = _first(spares, lambda v: tied(allowed & (arcs.spare >= v)))
+    spare = first_value(spares, lambda v: tied(allowed & (arcs.spare >= v)))
     allowed &= arcs.spare >= spare
     values = np.unique(arcs.bottleneck[allowed])
-    worst = _first(values, lambda b: tied(allowed & (arcs.bottleneck <= b)))
+    worst = first_value(values, lambda b: tied(allowed & (arcs.bottleneck <= b)))
     allowed &= arcs.bottleneck <= worst
     cuts = states.cuts(allowed, good)
     gpus = states.order(allowed, cuts, good)
-    _check_host(arcs, gpus, cuts)
+    check_host(arcs, gpus, cuts)
     return Solution("dp", "optimal", tuple(gpus), tuple(cuts), bound)
 
 

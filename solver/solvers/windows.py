@@ -21,13 +21,13 @@ integers below 2^52, so they are exact.
 from __future__ import annotations
 
 import functools
-import math
 
 import numpy as np
 
 from solver.arcs import Arcs, gpu_classes
 from solver.scales import EXACT_FLOAT
 from solver.solvers import Stopped, check_deadline
+from solver.solvers.paths import Radix, first_index
 from solver.solvers.policy import POLICY, Policy
 
 #: Elements of one temporary block (B states x width x width): 32 MiB of float64.
@@ -51,17 +51,13 @@ class Windows:
         self.cap = capacities(arcs, self.cls, allowed)
         self.total = int(self.mult @ self.cap)
         self.width = max(0, min(self.total - self.n, self.n) + 1) if self.total >= self.n else 0
-        self.states = math.prod(int(m) + 1 for m in self.mult)  # Python ints: 64 classes overflow int64
+        self.radix = Radix(self.mult)
+        self.states, self.stride = self.radix.size, self.radix.stride
 
-    @functools.cached_property
+    @property
     def counts(self) -> np.ndarray:
         """(N, C) GPUs used per class in each state (built once a pass is to run: ``work`` first)."""
-        radix = self.mult + 1
-        return (np.arange(self.states)[:, None] // self.stride[None, :]) % radix[None, :]
-
-    @functools.cached_property
-    def stride(self) -> np.ndarray:
-        return np.concatenate([[1], np.cumprod(self.mult + 1)[:-1]]).astype(np.int64)
+        return self.radix.counts
 
     @functools.cached_property
     def level(self) -> np.ndarray:
@@ -215,7 +211,7 @@ def least_top(
     top = len(values) - 1 if high is None else int(np.searchsorted(values, high))
     want = 0  # the least slack of the next threshold: 0, the caps' own bound, proves those below it
     while i <= top:
-        i = _first_at_least(values, i, top, lambda t, want=want: slack(t) >= want)
+        i = first_index(i, top, lambda j, want=want: slack(int(values[j])) >= want)
         t = int(values[i])
         if want == 0:
             low = max(low, t)
@@ -234,17 +230,6 @@ def least_top(
         want = 2 * (slack(t) + 1)
         i += 1
     return None, low
-
-
-def _first_at_least(values: np.ndarray, lo: int, hi: int, ok) -> int:
-    """The first index in [lo, hi] whose value meets ``ok`` (monotone), else hi."""
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if ok(int(values[mid])):
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo
 
 
 def exact_through(
