@@ -21,7 +21,18 @@ from solver.plan import evaluate, feasible
 from solver.planner import plan_rig
 from solver.problem import Problem
 from solver.report import to_json
-from solver.solvers import Limits, Solution, Stopped, cpsat, dp, plan_arcs, relaxed_bound, stage_key, subsetdp
+from solver.solvers import (
+    Limits,
+    Solution,
+    Stopped,
+    cpmodel,
+    cpsat,
+    dp,
+    plan_arcs,
+    relaxed_bound,
+    stage_key,
+    subsetdp,
+)
 from solver.solvers.exhaustive import solve_exhaustive
 from solver.solvers.policy import Policy
 from solver.solvers.route import exact_dp
@@ -104,7 +115,7 @@ def objective_key(arcs, gpus, cuts) -> tuple[int, int, int]:
     """A plan's objective as the DP and enumeration rank it: (-mass, slowest stage key, time key)."""
     ids = plan_arcs(arcs, gpus, cuts)
     top = int(stage_key(arcs)[ids].max()) if arcs.objective == "throughput" else 0
-    return -int(arcs.mass[ids].sum()), top, int(arcs.time_key(cpsat._plan_time(arcs, ids)))
+    return -int(arcs.mass[ids].sum()), top, int(arcs.time_key(cpmodel.plan_time(arcs, ids)))
 
 
 @pytest.mark.parametrize("idle", [True, False])
@@ -150,7 +161,7 @@ def test_a_stopped_idle_plan_beyond_the_dp_is_feasible_or_unknown_never_a_wrong_
     the time left, and with ample time, each answer is enumeration's plan, a feasible plan with a
     bound on the optimum, or unknown with a reason."""
     small = Policy(max_subset_steps=0)
-    build = cpsat._build
+    build = cpmodel.build
 
     def late(arcs, deadline=None):
         raise Stopped
@@ -161,7 +172,7 @@ def test_a_stopped_idle_plan_beyond_the_dp_is_feasible_or_unknown_never_a_wrong_
         arcs = build_arcs(p, build_table(p))
         want = solve_exhaustive(arcs)
         for spent, written in ((10.0, build), (0.0, late), (0.0, build)):
-            monkeypatch.setattr(cpsat, "_build", written)
+            monkeypatch.setattr(cpmodel, "build", written)
             r = plan_rig(
                 p, Limits(time_limit=10.0, workers=1, started=time.perf_counter() - spent), policy=small
             )
@@ -190,7 +201,7 @@ def test_a_model_that_cannot_be_written_in_time_is_given_up():
     p = big_problem()
     arcs = build_arcs(p, build_table(p))
     with pytest.raises(Stopped):
-        cpsat._build(arcs, deadline=time.perf_counter() - 1.0)
+        cpmodel.build(arcs, deadline=time.perf_counter() - 1.0)
     got = cpsat.solve_cpsat(arcs, Limits(time_limit=1.0, workers=1, started=time.perf_counter() - 5.0))
     assert got.status == "unknown" and not got.gpus
 
