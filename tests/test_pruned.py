@@ -20,8 +20,8 @@ from solver.planner import plan_rig
 from solver.report import to_json
 from solver.solvers import Limits, Solution, hostsplit, lagrange, stage_key, windows
 from solver.solvers.cpsat import solve_cpsat
-from solver.solvers.dp import path_minimax
 from solver.solvers.exhaustive import _orders, solve_exhaustive
+from solver.solvers.paths import path_minimax
 from solver.solvers.policy import Policy
 from solver.solvers.pruned import applies, solve_pruned
 from solver.solvers.route import dp_hint, exact_dp, exact_on

@@ -27,11 +27,12 @@ from solver.solvers import (
     Stopped,
     cpmodel,
     cpsat,
-    dp,
+    dpgraph,
     plan_arcs,
     relaxed_bound,
     stage_key,
-    subsetdp,
+    subsetfree,
+    subsetgiven,
 )
 from solver.solvers.exhaustive import solve_exhaustive
 from solver.solvers.policy import Policy
@@ -138,8 +139,8 @@ def test_a_stopped_dp_returns_a_plan_of_the_optimum_or_unknown(monkeypatch, idle
                 if next(looks) >= n:
                     raise Stopped
 
-            monkeypatch.setattr(subsetdp, "check_deadline", check)
-            monkeypatch.setattr(dp, "check_deadline", check)
+            for passes in (subsetfree, subsetgiven, dpgraph):
+                monkeypatch.setattr(passes, "check_deadline", check)
             got = exact_dp(arcs, Limits(time_limit=60.0))
             monkeypatch.undo()
             if got.status in ("optimal", "infeasible"):

@@ -8,11 +8,14 @@ for a min-max level). ``worst`` marks a boundary no path reaches.
 
 - ``stage_tables``: paths of exactly s arcs, s = 0..k; stage s takes GPU s's arcs with the order as
   given (exact), any arc with a free order (a GPU may repeat: a relaxation);
+- ``path_minimax``: the least largest weight of a k-arc path (a bound on a min-max level);
 - ``any_path``: paths of any number of arcs (idle GPUs: a plan may have any number of stages);
 - ``best_through``/``through_any``: per arc, the best whole path through it, from both passes;
 - ``Radix``: class counts as one mixed-radix number (the free-order DPs' states);
 - ``first_value``/``first_index``: bisection for the first threshold that holds;
-- ``best_per``/``merge``: the DPs' lexicographic (most mass, then least time) picks.
+- ``best_per``/``merge``/``pick``/``nothing``: the DPs' lexicographic (most mass, then least
+  time) picks;
+- ``arcs_by_start``/``on_cuts``: arcs grouped by their start, and the arcs a fixed cut list allows.
 """
 
 from __future__ import annotations
@@ -231,3 +234,36 @@ def _through_by_classes(arcs: Arcs, weight: np.ndarray, worst: int, better: np.u
             total = np.where((head == worst) | (tail == worst), worst, head + weight[ids][None, :] + tail)
             out[ids] = total.min(axis=0) if better is np.minimum else total.max(axis=0)
     return out
+
+
+def nothing(size: int) -> tuple[np.ndarray, np.ndarray]:
+    """A (mass, time) table that reaches no boundary."""
+    return np.full(size, NONE, dtype=np.int64), np.full(size, BIG, dtype=np.int64)
+
+
+def pick(x: tuple[int, int], y: tuple[int, int]) -> tuple[int, int]:
+    """The better of two (mass, time) values."""
+    return x if (-x[0], x[1]) <= (-y[0], y[1]) else y
+
+
+def on_cuts(arcs: Arcs, cuts: list[int]) -> np.ndarray:
+    """The arcs that span two consecutive bounds of ``cuts``."""
+    bounds = np.array([0, *cuts, arcs.n_layers])
+    stage = np.searchsorted(bounds, arcs.start)
+    on = bounds[np.minimum(stage, len(bounds) - 1)] == arcs.start
+    return on & (bounds[np.minimum(stage + 1, len(bounds) - 1)] == arcs.end)
+
+
+def arcs_by_start(arcs: Arcs, allowed: np.ndarray) -> list[np.ndarray]:
+    """Arc numbers of the ``allowed`` arcs starting at each boundary, ascending."""
+    ids = np.flatnonzero(allowed)
+    ids = ids[np.argsort(arcs.start[ids], kind="stable")]
+    cut = np.searchsorted(arcs.start[ids], np.arange(arcs.n_layers + 2))
+    return [ids[cut[b] : cut[b + 1]] for b in range(arcs.n_layers + 1)]
+
+
+def path_minimax(arcs: Arcs, weight: np.ndarray, allowed: np.ndarray) -> int:
+    """A lower bound on the smallest max ``weight`` of a plan on ``allowed`` arcs, from a k-stage
+    path pass (exact with the order as given; a free order lets a GPU repeat)."""
+    low, high = np.iinfo(np.int64).min, np.iinfo(np.int64).max
+    return int(stage_tables(arcs, weight, low, high, np.minimum, np.maximum, allowed)[-1, -1])

@@ -33,7 +33,7 @@ from solver.arcs import Arcs, Objective, subset
 from solver.scales import MASS_SCALE
 from solver.solvers import Limits, Solution, hostsplit, lagrange, plan_arcs, stage_key, usable, windows
 from solver.solvers.cpsat import least_top_stage
-from solver.solvers.dp import path_minimax
+from solver.solvers.paths import path_minimax
 from solver.solvers.policy import POLICY, Policy
 
 Inner = Callable[[Arcs, Limits, Solution | None], Solution]

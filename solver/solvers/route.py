@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from solver.arcs import Arcs
-from solver.solvers import Limits, Solution, TooLarge, dp, subsetdp
+from solver.solvers import Limits, Solution, TooLarge, dp, dpgraph, subsetdp
 from solver.solvers.cpsat import solve_cpsat
 from solver.solvers.exhaustive import count_placements, solve_exhaustive
 from solver.solvers.orders import in_order, solve_in_orders
@@ -70,7 +70,7 @@ class Route:
 
 def dp_work(arcs: Arcs) -> int:
     """The class-count DP's cost per pass, roughly: its states per boundary times (L+1)^2."""
-    return dp.dp_states(arcs) * (arcs.n_layers + 1) ** 2
+    return dpgraph.dp_states(arcs) * (arcs.n_layers + 1) ** 2
 
 
 def _beyond_dp(arcs: Arcs, why: str) -> Route:
@@ -93,13 +93,14 @@ def route(arcs: Arcs, policy: Policy = POLICY, orders: list[tuple[int, ...]] | N
             return _beyond_dp(arcs, why)
         kind = "idle GPUs allowed" if arcs.idle else f"a free order over {arcs.n_hosts} hosts"
         return Route("host/idle dp", kind, then=_beyond_dp(arcs, "the DP could not answer"), on_unknown=True)
-    work = dp_work(arcs)
+    states = dpgraph.dp_states(arcs)
+    work = states * (arcs.n_layers + 1) ** 2
     if work > policy.dp_first_work:
         return _beyond_dp(arcs, f"the DP's work {work:,} is over {policy.dp_first_work:,}")
-    why = dp.refusal(arcs, policy)
+    why = dpgraph.refusal(arcs, policy)
     if why is not None:
         return _beyond_dp(arcs, why)
-    kind = "the order as given" if arcs.order == "as-given" else f"{dp.dp_states(arcs):,} class-count states"
+    kind = "the order as given" if arcs.order == "as-given" else f"{states:,} class-count states"
     return Route("dp", kind, then=_beyond_dp(arcs, "the DP could not answer"), on_unknown=True)
 
 
@@ -132,7 +133,7 @@ def oracle(
     if arcs.subsets:
         takes = subsetdp.subset_steps(arcs) <= policy.max_subset_steps or arcs.idle
     else:
-        takes = dp.dp_states(arcs) <= policy.max_states_free_order
+        takes = dpgraph.dp_states(arcs) <= policy.max_states_free_order
     return Route("dp", "within the DP") if takes or not solution.found else chosen
 
 
