@@ -19,10 +19,8 @@ from solver.infeasible import explain
 from solver.plan import Placement, bounds_ok, evaluate, feasible
 from solver.problem import Problem
 from solver.solvers import Limits, Solution, TooLarge
-from solver.solvers.cpsat import forced_time
 from solver.solvers.proportional import solve_proportional
-from solver.solvers.route import POLICY, Policy, Route, oracle, route, solve
-from solver.solvers.subsetdp import forced_times, subset_steps
+from solver.solvers.route import POLICY, Policy, Route, forced_times, oracle, route, solve
 
 
 @dataclass
@@ -131,40 +129,20 @@ def plan_rig(
     return result
 
 
-def idle_costs(
-    arcs: Arcs, plan: Placement, deadline: float | None = None, policy: Policy = POLICY
-) -> dict[int, float | None] | None:
-    """Per idle GPU, how many ms more the best window of a plan that uses it is than the plan's
-    (None: no plan can use it). The mass objective ranks the plans that use it by mass first; a
-    ``host_memory`` limit is not applied to those plans (the figure is then a lower bound). None for
-    the whole answer when ``deadline`` stops the DP."""
-    idle = sorted(set(range(arcs.n_gpus)) - set(plan.gpus))
-    forced = forced_times(arcs, idle, deadline, policy)
-    if forced is None:
-        return None
-    return {g: None if t is None else round(arcs.window_ms(t) - plan.window_ms, 6) for g, t in forced.items()}
-
-
 def idle_report(
     arcs: Arcs, plan: Placement, limits: Limits, policy: Policy = POLICY
 ) -> dict[int, float | None] | None:
-    """``idle_costs`` where the host/idle DP takes the rig (the order as given, or a free order of up
-    to about 9 GPUs), else by one CP-SAT chain per idle GPU; all within ``policy.idle_cost_s``
-    seconds and what is left of the time limit. None: not computed (a solve cut short)."""
+    """Per idle GPU, how many ms more the best window of a plan that uses it is than the plan's
+    (None: no plan can use it), within ``policy.idle_cost_s`` seconds and what is left of the time
+    limit (``forced_times`` says which solver prices them). The mass objective ranks the plans that
+    use it by mass first; a ``host_memory`` limit is not applied to those plans (the figure is then
+    a lower bound). None: not computed (a solve cut short)."""
     now = time.perf_counter()
     end = min(limits.deadline(now) or np.inf, now + policy.idle_cost_s)
     if end <= now:
         return None
-    if subset_steps(arcs) <= policy.max_subset_steps:
-        try:
-            return idle_costs(arcs, plan, end, policy)
-        except TooLarge:  # a rig order that splits a host's GPUs: the DP declines it, CP-SAT prices it
-            pass
-    limits = dataclasses.replace(limits, started=now, time_limit=end - now)
-    out: dict[int, float | None] = {}
-    for g in sorted(set(range(arcs.n_gpus)) - set(plan.gpus)):
-        proven, best = forced_time(arcs, g, limits, policy)
-        if not proven:
-            return None
-        out[g] = None if best is None else round(arcs.window_ms(best) - plan.window_ms, 6)
-    return out
+    idle = sorted(set(range(arcs.n_gpus)) - set(plan.gpus))
+    forced = forced_times(arcs, idle, end, limits, policy)
+    if forced is None:
+        return None
+    return {g: None if t is None else round(arcs.window_ms(t) - plan.window_ms, 6) for g, t in forced.items()}

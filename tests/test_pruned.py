@@ -19,12 +19,18 @@ from solver.engines import build_table
 from solver.planner import plan_rig
 from solver.report import to_json
 from solver.solvers import Limits, Solution, hostsplit, lagrange, stage_key, windows
-from solver.solvers.cpsat import solve_cpsat
+from solver.solvers.cpsat import least_top_stage, solve_cpsat
 from solver.solvers.exhaustive import _orders, solve_exhaustive
 from solver.solvers.paths import path_minimax
 from solver.solvers.policy import Policy
 from solver.solvers.pruned import applies, solve_pruned
 from solver.solvers.route import dp_hint, exact_dp, exact_on
+
+
+def cpsat_inner(arcs, limits, hint):
+    """CP-SAT as the pruned path's exact solver on each cut table."""
+    return solve_cpsat(arcs, limits, hint=hint)
+
 
 #: The class-count DP never answers first, so the pruned path does.
 NO_DP_FIRST = Policy(dp_first_work=0)
@@ -107,8 +113,8 @@ def test_pruned_solve_returns_the_exhaustive_plan(p, inner_name):
     if not applies(arcs):
         assert want.status == "infeasible"
         return
-    inner = exact_on if inner_name == "exact_on" else (lambda a, lim, h: solve_cpsat(a, lim, hint=h))
-    got = solve_pruned(arcs, Limits(workers=1), dp_hint(arcs), inner)
+    inner = exact_on if inner_name == "exact_on" else cpsat_inner
+    got = solve_pruned(arcs, Limits(workers=1), dp_hint(arcs), inner, least_top=least_top_stage)
     if got is None:  # no relaxed path covers the layers: no plan at all
         assert want.status == "infeasible"
         return
@@ -182,7 +188,7 @@ def test_the_host_split_agrees_with_the_host_dp_on_larger_rigs():
     for seed, objective in itertools.product(range(2), ["time", "mass", "throughput"]):
         p = hosted(distinct_cards(seed, 7, 40, objective), [0, 0, 0, 1, 1, 1, 1])
         arcs = build_arcs(p, build_table(p))
-        got = solve_pruned(arcs, Limits(workers=1), None, lambda a, lim, h: solve_cpsat(a, lim, hint=h))
+        got = solve_pruned(arcs, Limits(workers=1), None, cpsat_inner, least_top=least_top_stage)
         assert got is not None and got.work.cut_by == "host split"
         assert got.work.pruned_arcs < len(arcs) / 10
         want = exact_dp(arcs)
@@ -300,7 +306,9 @@ def test_pruned_solve_under_binding_host_memory_limits_returns_the_exhaustive_pl
             if (want.gpus, want.cuts) == (free.gpus, free.cuts):
                 continue
             binding, hosts = binding + 1, hosts + (arcs.n_hosts > 1)
-            got = solve_pruned(limited, Limits(workers=1), dp_hint(limited), exact_on)
+            got = solve_pruned(
+                limited, Limits(workers=1), dp_hint(limited), exact_on, least_top=least_top_stage
+            )
             got = got or Solution("none", "infeasible")  # None: no relaxed path covers the layers
             assert (got.status, got.gpus, got.cuts) == (want.status, want.gpus, want.cuts), (seed, share)
             product = planner.solve_plan(limited, Limits(workers=1))  # the DP refuses; the cut answers

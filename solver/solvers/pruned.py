@@ -32,11 +32,13 @@ import numpy as np
 from solver.arcs import Arcs, Objective, subset
 from solver.scales import MASS_SCALE
 from solver.solvers import Limits, Solution, hostsplit, lagrange, plan_arcs, stage_key, usable, windows
-from solver.solvers.cpsat import least_top_stage
 from solver.solvers.paths import path_minimax
 from solver.solvers.policy import POLICY, Policy
 
 Inner = Callable[[Arcs, Limits, Solution | None], Solution]
+#: The throughput objective's least slowest-stage key on a whole table, proven (None: stopped), where
+#: the exact cuts cannot settle it (a host-memory limit): CP-SAT's bisection, which the route supplies.
+Top = Callable[[Arcs, Limits, Solution | None], int | None]
 
 
 def applies(arcs: Arcs) -> bool:
@@ -45,7 +47,12 @@ def applies(arcs: Arcs) -> bool:
 
 
 def solve_pruned(
-    arcs: Arcs, limits: Limits, hint: Solution | None, inner: Inner, policy: Policy = POLICY
+    arcs: Arcs,
+    limits: Limits,
+    hint: Solution | None,
+    inner: Inner,
+    policy: Policy = POLICY,
+    least_top: Top | None = None,
 ) -> Solution | None:
     """The exact plan by ``inner`` on the arcs the bounds keep; None when the bounds cannot be had
     (then the caller solves the whole table). ``limits.time_limit`` bounds every round together; a
@@ -60,7 +67,7 @@ def solve_pruned(
     proven = None  # the objective's value, once settled (the throughput objective's slowest stage)
     if arcs.objective.minmax:
         keys = stage_key(arcs)
-        top, low = _least_top(arcs, keys, limits, hint, inner, t0, policy)
+        top, low = _least_top(arcs, keys, limits, hint, inner, t0, policy, least_top)
         if top is None and low > keys.max():  # no plan at all, proven exactly
             return Solution("dp", "infeasible", wall_ms=(time.perf_counter() - t0) * 1e3)
         if top is None:
@@ -106,6 +113,7 @@ def _least_top(
     inner: Inner,
     t0: float,
     policy: Policy,
+    whole: Top | None,
 ) -> tuple[int | None, int]:
     """The throughput objective's slowest stage key, proven, and the lower bound proven on the way;
     None for the key when the deadline stops it or the bounds are out of reach.
@@ -113,7 +121,7 @@ def _least_top(
     Over hosts the host split in the min-max semiring answers, on one host the windowed min-max
     passes (``solver.solvers.windows``). Both leave out ``host_limit``: under one, their answer only bounds
     the key from below, and a bisection on a threshold settles it, its checks cut solves
-    (``_within``), else CP-SAT's bisection (``least_top_stage``)."""
+    (``_within``), else ``whole`` (None: not settled here)."""
     low = path_minimax(arcs, keys, np.ones(len(arcs), dtype=bool))
     ids = usable(arcs, hint)
     high = None if ids is None else int(keys[ids].max())
@@ -132,7 +140,7 @@ def _least_top(
     lo = int(np.searchsorted(values, low))
     plan = hint if ids is not None else _within(arcs, keys, int(values[-1]), limits, inner, t0, policy)
     if plan is None:
-        return least_top_stage(arcs, limits, hint, policy), low
+        return (None if whole is None else whole(arcs, limits, hint)), low
     if not plan.found:
         return None, low  # no plan at all: the whole solve says why
     hi = int(np.searchsorted(values, keys[_ids(arcs, plan)].max()))
@@ -140,7 +148,7 @@ def _least_top(
         mid = (lo + hi) // 2
         got = _within(arcs, keys, int(values[mid]), limits, inner, t0, policy)
         if got is None:
-            return least_top_stage(arcs, limits, hint, policy), int(values[lo])
+            return (None if whole is None else whole(arcs, limits, hint)), int(values[lo])
         if got.found:
             hi = int(np.searchsorted(values, keys[_ids(arcs, got)].max()))
         else:

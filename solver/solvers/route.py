@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import time
 from dataclasses import dataclass
 
 import numpy as np
 
 from solver.arcs import Arcs
 from solver.solvers import Limits, Solution, TooLarge, dp, dpgraph, subsetdp
-from solver.solvers.cpsat import solve_cpsat
+from solver.solvers.cpsat import forced_time, least_top_stage, solve_cpsat
 from solver.solvers.exhaustive import count_placements, solve_exhaustive
 from solver.solvers.orders import in_order, solve_in_orders
 from solver.solvers.policy import POLICY, Policy
@@ -40,6 +41,7 @@ __all__ = [
     "dp_hint",
     "exact_dp",
     "exact_on",
+    "forced_times",
     "oracle",
     "route",
     "route_cut",
@@ -204,7 +206,10 @@ def _run(r: Route, arcs: Arcs, limits: Limits, policy: Policy, hint: Solution | 
     if r.solver == "cp-sat":
         return solve_cpsat(arcs, limits, hint=hint, policy=policy)
     if r.solver == "pruned":
-        return solve_pruned(arcs, limits, hint, functools.partial(exact_on, policy=policy), policy)
+        exact = functools.partial(exact_on, policy=policy)
+        return solve_pruned(
+            arcs, limits, hint, exact, policy, functools.partial(least_top_stage, policy=policy)
+        )
     if r.solver == "exhaustive":
         return solve_exhaustive(arcs, policy=policy)
     if r.solver == "dp in the engine's orders":
@@ -219,3 +224,26 @@ def _run(r: Route, arcs: Arcs, limits: Limits, policy: Policy, hint: Solution | 
 def exact_on(arcs: Arcs, limits: Limits, hint: Solution | None, policy: Policy = POLICY) -> Solution:
     """The exact answer on a table the pruned path cut, by ``route_cut``'s route."""
     return solve(route_cut(arcs, policy), arcs, limits, policy, hint)
+
+
+def forced_times(
+    arcs: Arcs, gpus: list[int], end: float, limits: Limits, policy: Policy = POLICY
+) -> dict[int, int | None] | None:
+    """Per GPU in ``gpus``, the summed time (entries included) of the best plan that uses it, plans
+    ranked by (mass, time) as the objective's first level ranks them (None: no plan can use it):
+    by the host/idle DP where it takes the rig, else by one CP-SAT chain per GPU. None for the whole
+    answer when ``end`` (a ``time.perf_counter()``) stops it."""
+    now = time.perf_counter()
+    if subsetdp.subset_steps(arcs) <= policy.max_subset_steps:
+        try:
+            return subsetdp.forced_times(arcs, gpus, end, policy)
+        except TooLarge:  # a rig order that splits a host's GPUs: the DP declines it, CP-SAT prices it
+            pass
+    limits = dataclasses.replace(limits, started=now, time_limit=end - now)
+    out: dict[int, int | None] = {}
+    for g in gpus:
+        proven, best = forced_time(arcs, g, limits, policy)
+        if not proven:
+            return None
+        out[g] = best
+    return out
