@@ -50,7 +50,7 @@ class Result:
     oracle: Oracle | None = None
     idle_cost_ms: dict[int, float | None] | None = None
     default: Baseline | None = None  # what the engine does unasked, where that is not the proportional split
-    route: Route | None = None  # which solver answered, and why
+    route: Route | None = None  # the solver the route tried first, why, and what follows it
 
     @property
     def compared(self) -> Baseline:

@@ -15,6 +15,9 @@ The plan (``route``), first match:
 A DP can also find out only while it runs that it cannot answer: a host-memory limit its optimum
 breaks (TooLarge), or the deadline before it had any plan ("unknown"); the pruned path cannot when
 its bounds are out of reach (None). Each step's ``then`` is what answers next.
+
+Also here: ``--check``'s oracle (``oracle``), the CP-SAT bisection the pruned path falls back on for
+the slowest stage under a host-memory limit, and who prices idle GPUs (``forced_times``).
 """
 
 from __future__ import annotations
