@@ -20,7 +20,7 @@ from solver.arcs import Arcs, Objective, subset
 from solver.scales import MASS_SCALE
 from solver.solvers import Limits, Solution, Stopped, cpmodel, usable
 from solver.solvers.cpmodel import set_total
-from solver.solvers.paths import best_through, through_any
+from solver.solvers.paths import best_through, narrow, through_any
 from solver.solvers.policy import POLICY, Policy
 
 Fix = Callable[[cp_model.CpModel, list, Arcs], None]
@@ -190,18 +190,17 @@ def threshold(chain: Chain, values: np.ndarray, within: Callable[[Arcs, int], np
     value, which the incumbent shows feasible. Returns (the proven value or None if the deadline
     stopped it, the best value not yet excluded); on success only arcs within it stay in play.
     """
-    lo, hi = 0, len(values) - 1
-    if chain.chosen is not None:
-        hi = int(np.flatnonzero(values == value(chain.chosen))[0])
-    while lo < hi:
-        mid = (lo + hi) // 2
+
+    def own() -> int:  # the index of the incumbent's own value
+        return int(np.flatnonzero(values == value(chain.chosen))[0])
+
+    def probe(mid: int) -> int | None:
         state = feasible(chain, within(chain.arcs, values[mid]))
-        if state == "stopped":
-            return None, int(values[lo])
-        if state == "infeasible":
-            lo = mid + 1
-        else:
-            hi = int(np.flatnonzero(values == value(chain.chosen))[0])
+        return None if state == "stopped" else -1 if state == "infeasible" else own()
+
+    lo, done = narrow(0, len(values) - 1 if chain.chosen is None else own(), probe)
+    if not done:
+        return None, int(values[lo])
     chain.keep(within(chain.arcs, values[lo]))
     return int(values[lo]), int(values[lo])
 

@@ -12,7 +12,7 @@ for a min-max level). ``worst`` marks a boundary no path reaches.
 - ``any_path``: paths of any number of arcs (idle GPUs: a plan may have any number of stages);
 - ``best_through``/``through_any``: per arc, the best whole path through it, from both passes;
 - ``Radix``: class counts as one mixed-radix number (the free-order DPs' states);
-- ``first_value``/``first_index``: bisection for the first threshold that holds;
+- ``narrow``/``first_index``/``first_value``: bisection for the first threshold that holds;
 - ``best_per``/``merge``/``pick``/``nothing``: the DPs' lexicographic (most mass, then least
   time) picks;
 - ``arcs_by_start``/``on_cuts``: arcs grouped by their start, and the arcs a fixed cut list allows.
@@ -77,16 +77,27 @@ class Radix:
         return (state // self.stride) % (self.mult + 1)
 
 
-def first_index(lo: int, hi: int, ok: Callable[[int], bool]) -> int:
-    """The first index in [lo, hi] where ``ok`` holds, by bisection (``ok`` must fail on a prefix
-    and hold on the rest); ``hi`` when only it is left (it is never tried)."""
+def narrow(lo: int, hi: int, probe: Callable[[int], int | None]) -> tuple[int, bool]:
+    """Bisection over indices [lo, hi] for the first where a test holds (it must fail on a prefix
+    and hold on the rest; ``hi`` is never tried). ``probe(mid)`` returns -1 where it fails, else an
+    index at most ``mid`` where it is known to hold (a plan found within ``mid`` may prove a lower
+    one: the search jumps there), or None where it cannot tell (a deadline). Returns (the first
+    index, True), or (the lowest index not yet ruled out, False) when a probe could not tell."""
     while lo < hi:
         mid = (lo + hi) // 2
-        if ok(mid):
-            hi = mid
-        else:
+        got = probe(mid)
+        if got is None:
+            return lo, False
+        if got < 0:
             lo = mid + 1
-    return lo
+        else:
+            hi = got
+    return lo, True
+
+
+def first_index(lo: int, hi: int, ok: Callable[[int], bool]) -> int:
+    """The first index in [lo, hi] where ``ok`` holds (``narrow`` with a plain yes or no)."""
+    return narrow(lo, hi, lambda mid: mid if ok(mid) else -1)[0]
 
 
 def first_value(values: np.ndarray, ok: Callable, last_likely: bool = False) -> int:

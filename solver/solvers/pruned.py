@@ -32,7 +32,7 @@ import numpy as np
 from solver.arcs import Arcs, Objective, subset
 from solver.scales import MASS_SCALE
 from solver.solvers import Limits, Solution, hostsplit, lagrange, plan_arcs, stage_key, usable, windows
-from solver.solvers.paths import path_minimax
+from solver.solvers.paths import narrow, path_minimax
 from solver.solvers.policy import POLICY, Policy
 
 Inner = Callable[[Arcs, Limits, Solution | None], Solution]
@@ -143,16 +143,16 @@ def _least_top(
         return (None if whole is None else whole(arcs, limits, hint)), low
     if not plan.found:
         return None, low  # no plan at all: the whole solve says why
-    hi = int(np.searchsorted(values, keys[_ids(arcs, plan)].max()))
-    while lo < hi:  # a plan found within a threshold lowers the top to its own slowest stage
-        mid = (lo + hi) // 2
+
+    def probe(mid: int) -> int | None:  # a plan found within a threshold lowers the top to its own
         got = _within(arcs, keys, int(values[mid]), limits, inner, t0, policy)
         if got is None:
-            return (None if whole is None else whole(arcs, limits, hint)), int(values[lo])
-        if got.found:
-            hi = int(np.searchsorted(values, keys[_ids(arcs, got)].max()))
-        else:
-            lo = mid + 1
+            return None
+        return int(np.searchsorted(values, keys[_ids(arcs, got)].max())) if got.found else -1
+
+    lo, done = narrow(lo, int(np.searchsorted(values, keys[_ids(arcs, plan)].max())), probe)
+    if not done:
+        return (None if whole is None else whole(arcs, limits, hint)), int(values[lo])
     return int(values[lo]), int(values[lo])
 
 
