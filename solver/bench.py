@@ -33,6 +33,8 @@ from solver.options import SECONDS, Finite
 if TYPE_CHECKING:  # the plan command imports this module: keep its start-up light
     from rich.console import Console
 
+    from solver.solvers.policy import Policy
+
 IMPORT_CODE = "import solver.cli, ortools.sat.python.cp_model"
 #: Where bench looks for rigs when none is given: ``rigs/`` in the working directory (a clone of
 #: moesplit, where an installed ``solve`` runs from), then the checkout this module was imported from.
@@ -137,7 +139,7 @@ class RigBench:
 
 
 def measure(
-    problem: Any, settings: Settings, reload: Callable[[], Any] | None = None, policy: Any = None
+    problem: Any, settings: Settings, reload: Callable[[], Any] | None = None, policy: Policy | None = None
 ) -> RigBench:
     """Time every piece on one problem; ``reload`` re-reads its files (``read``, part of end to end);
     ``policy``: the solver route's thresholds (None: the command line's)."""

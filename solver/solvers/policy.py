@@ -18,7 +18,7 @@ class Policy:
 
     #: Placements at most for ``--check`` to use exhaustive enumeration as its oracle (and for an
     #: engine's fixed orders to be enumerated in each). ``solve bench`` times box.yaml's 16,215
-    #: placements at 24 ms, so the check stays under half a second.
+    #: placements at 7-24 ms here, so the check stays under half a second.
     exhaustive_check_limit: int = 200_000
     #: Placements enumeration takes at all (``solve_exhaustive`` refuses more): seconds at the
     #: pace above, and its score table grows with them.
