@@ -17,6 +17,10 @@ A plan's window is ``const_time + sum of arc time``. The tie rule compares windo
 10^6 units; all plans with the best key tie and go to the tie-breaks. Held mass compares exactly
 in units of 1e-12. Then the smallest bottleneck (``n * layer_units[g]``), then the smallest cut
 list, then the smallest GPU order.
+
+The objective (``Objective``) decides only the first level: time, the least window; mass, the most
+held mass, then the least window; throughput, the least slowest stage (``stage_key``, a min-max
+level), then the least window.
 """
 
 from __future__ import annotations
@@ -24,20 +28,75 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from enum import Enum
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from solver.engines import engine_of
 from solver.problem import Problem
-from solver.scales import COARSE_TIME_SCALE, COEFF_BUDGET, FINE_TIME_SCALE
+from solver.scales import COARSE_TIME_SCALE, COEFF_BUDGET, FINE_TIME_SCALE, MASS_SCALE
 
 if TYPE_CHECKING:
     from solver.engines import Table
 
-#: A free order's arc bounds are exact when the count of GPUs used per class (identical GPUs form a
-#: class) takes at most this many values: 12 distinct GPUs, or sixteen.yaml's 1 + 1 + 6 + 8 (252).
-EXACT_FREE_ORDER_STATES = 4096
+
+class Objective(str, Enum):
+    """The objective of a table (a ``str``, so it compares equal to the name a rig gives)."""
+
+    TIME = "time"
+    MASS = "mass"
+    THROUGHPUT = "throughput"
+
+    @property
+    def maximises(self) -> bool:
+        """Whether its first level is a largest sum (held mass); the others are least values."""
+        return self is Objective.MASS
+
+    @property
+    def minmax(self) -> bool:
+        """Whether its first level is a least largest stage rather than a sum (throughput)."""
+        return self is Objective.THROUGHPUT
+
+    @property
+    def better(self) -> np.ufunc:
+        """The ufunc that keeps the better of two first-level values."""
+        return np.maximum if self.maximises else np.minimum
+
+    @property
+    def worst(self) -> int:
+        """A first-level value every plan beats: unreachable in the passes."""
+        return int(np.iinfo(np.int64).min if self.maximises else np.iinfo(np.int64).max)
+
+    def weight(self, arcs: Arcs) -> np.ndarray:
+        """Each arc's first-level weight in table units: its time, held mass or stage key."""
+        if self is Objective.MASS:
+            return arcs.mass
+        return stage_key(arcs) if self.minmax else arcs.time
+
+    def combine(self, so_far: np.ndarray | int, weight: np.ndarray) -> np.ndarray:
+        """A path's first-level value after one more arc: the sum, or (min-max) the larger."""
+        return np.maximum(so_far, weight) if self.minmax else so_far + weight
+
+    def in_units(self, arcs: Arcs, value: int) -> float:
+        """A first-level value in the objective's own units: the window ms (from summed arc time),
+        the held mass, or the slowest stage's ms (from a stage key in whole 1e-6 ms)."""
+        if self is Objective.MASS:
+            return value / MASS_SCALE
+        if self.minmax:
+            return value / 10**6
+        return arcs.window_ms(value)
+
+    def tighter(self, a: float | None, b: float | None) -> float | None:
+        """The tighter of two valid bounds on the objective (either may be None)."""
+        if a is None or b is None:
+            return b if a is None else a
+        return min(a, b) if self.maximises else max(a, b)
+
+
+def stage_key(arcs: Arcs) -> np.ndarray:
+    """Each arc's ``stage`` time in whole units of 1e-6 ms, halves up: the throughput objective's key."""
+    return (arcs.stage + arcs.coarse // 2) // arcs.coarse
 
 
 @dataclass(frozen=True)
@@ -64,7 +123,7 @@ class Arcs:
     n_layers: int
     n_gpus: int
     order: str
-    objective: str
+    objective: Objective
     first_stage_min_layers: int
     layer_ms: np.ndarray
     gpu: np.ndarray
@@ -210,7 +269,8 @@ def build_arcs(p: Problem, table: Table) -> Arcs:
     keep = _reachable(keep, g, a, b, p) if keep.any() else keep
     g, a, b = g[keep], a[keep], b[keep]
     scale = _time_scale(p, len(g))
-    w = table.weigh(g, a, b, scale, p.objective == "mass")
+    objective = Objective(p.objective)
+    w = table.weigh(g, a, b, scale, objective.maximises)
     hop = round(p.handoff_ms * scale)
     entry = round(p.network_ms * scale) - hop if len(p.host_names) > 1 else 0
     hosts = len(set(p.hosts.tolist()))
@@ -224,7 +284,7 @@ def build_arcs(p: Problem, table: Table) -> Arcs:
         n_layers=n,
         n_gpus=k,
         order=p.order,
-        objective=p.objective,
+        objective=objective,
         first_stage_min_layers=p.first_stage_min_layers,
         layer_ms=p.layer_ms,
         gpu=g,
@@ -287,40 +347,6 @@ def subset(arcs: Arcs, keep: np.ndarray) -> Arcs:
     )
 
 
-def best_through(arcs: Arcs, weight: np.ndarray, sense: str) -> np.ndarray:
-    """For each arc, a bound on the total ``weight`` of any whole plan that uses it, shape (n,).
-
-    ``sense`` "min" gives a lower bound, "max" an upper bound. With the order as given, stage s is
-    GPU s and the bound is exact (a forward and a backward pass over the layered graph). With a
-    free order the passes count stages but let a GPU repeat, which relaxes the plan and keeps the
-    bound valid. Used to drop arcs that cannot be part of any plan within a proven tie set.
-    """
-    n, k = arcs.n_layers, arcs.n_gpus
-    worst = np.iinfo(np.int64).max // 4 * (1 if sense == "min" else -1)
-    better = np.minimum if sense == "min" else np.maximum
-    if arcs.order == "auto" and free_order_states(arcs) <= EXACT_FREE_ORDER_STATES:
-        return _through_by_classes(arcs, weight, worst, better)
-    stage = arcs.gpu if arcs.order == "as-given" else None
-    fwd = np.full((k + 1, n + 1), worst, dtype=np.int64)
-    bwd = np.full((k + 1, n + 1), worst, dtype=np.int64)
-    fwd[0, 0] = 0
-    bwd[k, n] = 0
-    for s in range(k):
-        on = np.ones(len(arcs), dtype=bool) if stage is None else stage == s
-        reach = on & (fwd[s, arcs.start] != worst)
-        better.at(fwd[s + 1], arcs.end[reach], fwd[s, arcs.start[reach]] + weight[reach])
-    for s in range(k - 1, -1, -1):
-        on = np.ones(len(arcs), dtype=bool) if stage is None else stage == s
-        reach = on & (bwd[s + 1, arcs.end] != worst)
-        better.at(bwd[s], arcs.start[reach], bwd[s + 1, arcs.end[reach]] + weight[reach])
-    through = fwd[:k, arcs.start] + weight[None, :] + bwd[1:, arcs.end]
-    dead = (fwd[:k, arcs.start] == worst) | (bwd[1:, arcs.end] == worst)
-    through[dead] = worst
-    if stage is not None:
-        return through[stage, np.arange(len(arcs))]
-    return through.min(axis=0) if sense == "min" else through.max(axis=0)
-
-
 def by_gpu(arcs: Arcs) -> list[np.ndarray]:
     """Arc numbers of each GPU, ascending: one sort, where a scan of the table per GPU costs k
     passes over it (seconds on a thousand GPUs)."""
@@ -340,44 +366,3 @@ def gpu_classes(arcs: Arcs) -> np.ndarray:
 def free_order_states(arcs: Arcs) -> int:
     """How many states the exact free-order pass needs: the ways to have used some of each class."""
     return math.prod(int(m) + 1 for m in np.bincount(gpu_classes(arcs)))
-
-
-def _through_by_classes(arcs: Arcs, weight: np.ndarray, worst: int, better: np.ufunc) -> np.ndarray:
-    """Exact best whole plan through each arc with a free order.
-
-    A state counts how many GPUs of each class (identical GPUs are interchangeable) cover layers
-    [0, p): ``fwd[S, p]`` is the best weight of that, ``bwd[S, p]`` of covering [p, L) with the rest.
-    States are mixed-radix numbers, so using one more GPU of class c adds ``stride[c]``.
-    """
-    n = arcs.n_layers
-    cls = gpu_classes(arcs)
-    mult = np.bincount(cls)
-    stride = np.concatenate([[1], np.cumprod(mult + 1)[:-1]])
-    states = int(np.prod(mult + 1))
-    counts = (np.arange(states)[:, None] // stride[None, :]) % (mult + 1)[None, :]
-    rep = [np.flatnonzero(arcs.gpu == np.flatnonzero(cls == c)[0]) for c in range(len(mult))]
-    fwd = np.full((states, n + 1), worst, dtype=np.int64)
-    bwd = np.full((states, n + 1), worst, dtype=np.int64)
-    fwd[0, 0] = 0
-    bwd[states - 1, n] = 0
-    for st in range(states):
-        for c in np.flatnonzero(counts[st] < mult):
-            ids = rep[c][fwd[st, arcs.start[rep[c]]] != worst]
-            better.at(fwd[st + stride[c]], arcs.end[ids], fwd[st, arcs.start[ids]] + weight[ids])
-    for st in range(states - 1, -1, -1):
-        for c in np.flatnonzero(counts[st] > 0):
-            ids = rep[c][bwd[st, arcs.end[rep[c]]] != worst]
-            better.at(bwd[st - stride[c]], arcs.start[ids], bwd[st, arcs.end[ids]] + weight[ids])
-    out = np.full(len(arcs), worst, dtype=np.int64)
-    for g in range(arcs.n_gpus):
-        c = cls[g]
-        open_ = np.flatnonzero(counts[:, c] < mult[c])
-        every = np.flatnonzero(arcs.gpu == g)
-        step = max(1, 2**22 // max(len(open_), 1))  # about 32 MiB per temporary
-        for lo in range(0, len(every), step):
-            ids = every[lo : lo + step]
-            head = fwd[open_[:, None], arcs.start[ids][None, :]]
-            tail = bwd[(open_ + stride[c])[:, None], arcs.end[ids][None, :]]
-            total = np.where((head == worst) | (tail == worst), worst, head + weight[ids][None, :] + tail)
-            out[ids] = total.min(axis=0) if better is np.minimum else total.max(axis=0)
-    return out

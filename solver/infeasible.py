@@ -7,13 +7,12 @@ import time
 import numpy as np
 
 from solver import interrupt
-from solver.arcs import Arcs, best_through
+from solver.arcs import Arcs
 from solver.engines import Table, engine_of
 from solver.problem import Problem
+from solver.solvers.paths import best_through
+from solver.solvers.policy import POLICY, Policy
 from solver.units import format_size
-
-#: Seconds the conflicting-rules search may take (less when --time-limit leaves less).
-CORE_TIME = 10.0
 
 
 def _gpu(p: Problem, g: int) -> str:
@@ -43,7 +42,13 @@ def allowed(p: Problem) -> np.ndarray:
     return ok
 
 
-def explain(p: Problem, table: Table, arcs: Arcs | None = None, time_left: float | None = None) -> str:
+def explain(
+    p: Problem,
+    table: Table,
+    arcs: Arcs | None = None,
+    time_left: float | None = None,
+    policy: Policy = POLICY,
+) -> str:
     """The first rule that makes every placement infeasible, checked from simplest to subtlest.
 
     With ``arcs``, a host_memory limit no placement can meet is named too (the least any placement
@@ -102,16 +107,17 @@ def explain(p: Problem, table: Table, arcs: Arcs | None = None, time_left: float
             f"(the longest range each fits: {each})"
         )
     if arcs is not None and arcs.host_limit is not None and len(arcs):
-        least = int(best_through(arcs, arcs.host, "min").min())
+        least = int(best_through(arcs, arcs.host, "min", policy.exact_free_order_states).min())
         if least > arcs.host_limit:
             return (
                 f"every placement leaves at least {format_size(least)} of experts in host memory, more "
                 f"than host_memory ({format_size(arcs.host_limit)})"
             )
-    return _core_reason(p, table, CORE_TIME if time_left is None else min(CORE_TIME, max(time_left, 0.1)))
+    most = policy.core_time_s
+    return _core_reason(p, table, most if time_left is None else min(most, max(time_left, 0.1)))
 
 
-def _core_reason(p: Problem, table: Table, time_limit: float = CORE_TIME) -> str:
+def _core_reason(p: Problem, table: Table, time_limit: float) -> str:
     """Name the rules that conflict, from CP-SAT's sufficient assumptions for infeasibility.
 
     One assumption per GPU says "its memory limit holds", one per GPU "its layer limits hold",

@@ -119,7 +119,7 @@ def to_json(r: Result) -> dict:
         "bound": bound,
         "gap": 0.0 if proven else _gap(objective_value, bound),
         "arcs": len(r.arcs),
-        "solves": sol.info.get("solves", 0),
+        "solves": sol.work.solves,
     }
     if r.oracle is not None:
         o = r.oracle
@@ -236,7 +236,7 @@ def print_report(r: Result, console: Console) -> None:
     notes.append(
         f"{sol.name}: {proof}, engine {p.engine}, objective {p.objective}, order {p.order}; "
         f"{r.wall_ms:.0f} ms "
-        f"(table {r.table_ms:.1f} ms, {len(r.arcs):,} arcs, {sol.info.get('solves', 0)} solves)"
+        f"(table {r.table_ms:.1f} ms, {len(r.arcs):,} arcs, {sol.work.solves} solves)"
     )
     if r.oracle is not None:
         o = r.oracle

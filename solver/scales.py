@@ -12,3 +12,5 @@ FINE_TIME_SCALE, COARSE_TIME_SCALE = 10**12, 10**6
 MASS_SCALE = 10**12
 #: Spare KV tokens of a stage whose layers keep no per-token KV cache: it limits no plan.
 SPARE_UNLIMITED = 2**62
+#: float64 adds integers exactly below 2^53: the float passes keep every sum within this.
+EXACT_FLOAT = 2.0**52

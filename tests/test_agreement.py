@@ -13,23 +13,24 @@ from hypothesis import strategies as st
 
 from solver.arcs import build_arcs, gpu_classes
 from solver.engines import build_table
-from solver.planner import dp_hint, solve_plan
+from solver.planner import solve_plan
 from solver.resolve import load_problem
 from solver.scales import SPARE_UNLIMITED
 from solver.solvers import Limits, TooLarge, plan_arcs, plan_score
 from solver.solvers.cpsat import solve_cpsat
-from solver.solvers.dp import solve_dp
 from solver.solvers.exhaustive import solve_exhaustive
+from solver.solvers.policy import Policy
+from solver.solvers.route import dp_hint, dp_in_order, exact_dp
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def answers(p, workers: int = 1):
+def answers(p, workers: int = 1, policy: Policy | None = None):
     arcs = build_arcs(p, build_table(p))
     return arcs, [
         solve_exhaustive(arcs),
-        solve_dp(arcs),
-        solve_cpsat(arcs, Limits(workers=workers)),
+        exact_dp(arcs),
+        solve_cpsat(arcs, Limits(workers=workers), policy=policy or Policy()),
     ]
 
 
@@ -94,7 +95,7 @@ def test_spare_and_host_limit_agree(arcs):
     product = solve_plan(arcs, Limits(workers=1))
     assert (product.status, product.gpus, product.cuts) == (ex.status, ex.gpus, ex.cuts)
     try:
-        dp = solve_dp(arcs)
+        dp = exact_dp(arcs)
     except TooLarge:
         assert arcs.host_limit is not None
         return
@@ -116,7 +117,7 @@ def test_cpsat_matches_dp_on_larger_rigs(seed):
         objective=("time", "mass", "throughput")[seed % 3],
     )
     arcs = build_arcs(p, build_table(p))
-    dp, cp = solve_dp(arcs), solve_cpsat(arcs, Limits(workers=2))
+    dp, cp = exact_dp(arcs), solve_cpsat(arcs, Limits(workers=2))
     assert (dp.status, dp.gpus, dp.cuts) == (cp.status, cp.gpus, cp.cuts)
 
 
@@ -130,7 +131,7 @@ def test_shipped_rigs_agree(rig, objective):
     cp = solve_cpsat(arcs, Limits(workers=2), hint=dp_hint(arcs))  # seeded as `solve` seeds it
     assert cp.status == "optimal"
     if arcs.order == "as-given" or arcs.n_gpus <= 8:
-        dp = solve_dp(arcs)
+        dp = exact_dp(arcs)
         assert (dp.gpus, dp.cuts) == (cp.gpus, cp.cuts)
 
 
@@ -138,25 +139,17 @@ def test_shipped_rigs_agree(rig, objective):
 @given(problems())
 def test_tie_break_levels_agree_without_enumeration(p):
     """With tie-set enumeration off, CP-SAT's bottleneck, cut and order descents give the same plan."""
-    import solver.solvers.cpsat as cpsat
-
-    saved, cpsat.MAX_TIES = cpsat.MAX_TIES, 0
-    try:
-        _, sols = answers(p)
-    finally:
-        cpsat.MAX_TIES = saved
+    _, sols = answers(p, policy=Policy(max_ties=0))
     assert same(sols), [(s.name, s.status, s.gpus, s.cuts) for s in sols]
 
 
 @pytest.mark.parametrize("seed", range(20))
 def test_dp_in_the_chosen_order_confirms_free_order_plans(seed):
     """The --check oracle for free orders over 12 GPUs: the DP with CP-SAT's GPU order fixed."""
-    from solver.planner import _dp_in_order
-
     p = random_problem(seed, n_layers=9, n_gpus=4, experts=5, order="auto", tight=1.2, twins=seed % 2 == 0)
     arcs = build_arcs(p, build_table(p))
     cp = solve_cpsat(arcs, Limits(workers=1))
     if not cp.found:
         return
-    fixed = _dp_in_order(arcs, cp.gpus)
+    fixed = dp_in_order(arcs, cp.gpus)
     assert (fixed.status, fixed.gpus, fixed.cuts) == (cp.status, cp.gpus, cp.cuts)

@@ -93,12 +93,12 @@ def test_bench_sweep_covers_the_grid_in_both_orders(write):
         assert set(r["pieces"]) == PIECES - {"read"}  # no files to read
 
 
-def test_oracles_out_of_reach_are_skipped_with_a_reason(monkeypatch):
-    import solver.solvers.dp as dp
+def test_oracles_out_of_reach_are_skipped_with_a_reason():
+    from solver.solvers.policy import Policy
 
-    monkeypatch.setattr(dp, "MAX_STATES_FREE_ORDER", 100)  # the rig's GPUs fall into 864 class-count states
+    small = Policy(max_states_free_order=100)  # the rig's GPUs fall into 864 class-count states
     p = sweep_problem(seed=1, n_gpus=13, n_layers=14, experts=2, order="auto")
-    row = measure(p, Settings(repeat=1, budget_s=0.0, workers=2, exhaustive_limit=1000))
+    row = measure(p, Settings(repeat=1, budget_s=0.0, workers=2, exhaustive_limit=1000), policy=small)
     assert "not 864" in row.pieces["dp"].skipped and not row.pieces["dp"].runs
     assert "1,000-placement limit" in row.pieces["exhaustive"].skipped and row.placements > 1000
     assert row.agrees is None and row.ratio("cp-sat", "dp") is None

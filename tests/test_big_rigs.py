@@ -15,7 +15,7 @@ from solver.config import load_model
 from solver.engines import build_table, evaluate
 from solver.profile import read_profile
 from solver.resolve import Overrides, load_problem
-from solver.solvers.dp import solve_dp
+from solver.solvers.route import exact_dp
 from solver.synth import SynthParams, synth_profile
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -76,7 +76,7 @@ def test_shipped_synthetic_profile_is_the_generators_output(stem, experts):
 @pytest.mark.parametrize("rig", ["eight", "sixteen", "six-auto"])
 def test_big_rig_has_a_plan_that_fits(rig):
     p = load_problem(ROOT / "rigs" / f"{rig}.yaml")
-    sol = solve_dp(build_arcs(p, build_table(p)))
+    sol = exact_dp(build_arcs(p, build_table(p)))
     assert sol.status == "optimal"
     plan = evaluate(p, sol.gpus, sol.cuts)
     assert all(s.room_bytes >= 0 for s in plan.stages)
@@ -88,7 +88,7 @@ def test_six_auto_is_listed_in_a_poor_order():
     windows = {}
     for order in ("as-given", "auto"):
         p = load_problem(ROOT / "rigs" / "six-auto.yaml", Overrides(order=order))
-        sol = solve_dp(build_arcs(p, build_table(p)))
+        sol = exact_dp(build_arcs(p, build_table(p)))
         windows[order] = evaluate(p, sol.gpus, sol.cuts).window_ms
     assert windows["as-given"] == pytest.approx(63.40, abs=0.005)
     assert windows["auto"] < windows["as-given"] - 2.0

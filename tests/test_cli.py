@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 from rigfiles import tiny_rig
 
-import solver.planner
+import solver.solvers.route
 from solver.cli import cli
 from solver.solvers import Solution
 
@@ -93,10 +93,10 @@ def test_check_reports_agreement():
 
 
 def test_check_disagreement_exits_4(monkeypatch):
-    def wrong(arcs, limits=None):
-        return Solution("exhaustive", "optimal", tuple(range(arcs.n_gpus)), (2, 3, 4), info={"wall_ms": 0.0})
+    def wrong(arcs, limits=None, policy=None):
+        return Solution("exhaustive", "optimal", tuple(range(arcs.n_gpus)), (2, 3, 4), wall_ms=0.0)
 
-    monkeypatch.setattr(solver.planner, "solve_exhaustive", wrong)  # the box's oracle; the DP plans it
+    monkeypatch.setattr(solver.solvers.route, "solve_exhaustive", wrong)  # the box's oracle; the DP plans it
     code, out, _ = run(BOX, "--json", "--check")
     assert code == 4
     assert json.loads(out)["oracle"]["agrees"] is False

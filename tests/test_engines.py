@@ -18,8 +18,8 @@ from solver.engines.bandwidth import dense_ms, per_byte_ms
 from solver.scales import SPARE_UNLIMITED
 from solver.solvers import plan_arcs
 from solver.solvers.cpsat import solve_cpsat
-from solver.solvers.dp import solve_dp
 from solver.solvers.exhaustive import solve_exhaustive
+from solver.solvers.route import exact_dp
 
 
 def _best_by_brute_force(p, g: int, a: int, b: int) -> tuple[float, list[int]] | None:
@@ -124,7 +124,7 @@ def test_solvers_agree_under_every_engine(engine, objective, rig):
     )
     arcs = build_arcs(p, build_table(p))
     ex = solve_exhaustive(arcs)
-    dp = solve_dp(arcs)
+    dp = exact_dp(arcs)
     cp = solve_cpsat(arcs)
     assert (ex.status, ex.gpus, ex.cuts) == (dp.status, dp.gpus, dp.cuts) == (cp.status, cp.gpus, cp.cuts)
     if ex.found:

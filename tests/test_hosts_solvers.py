@@ -32,7 +32,6 @@ from factory import random_problem
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from solver import planner
 from solver.arcs import build_arcs
 from solver.engines import build_table, evaluate
 from solver.plan import feasible
@@ -40,8 +39,9 @@ from solver.planner import plan_rig
 from solver.problem import Problem
 from solver.solvers import Limits, Solution
 from solver.solvers.cpsat import forced_time, solve_cpsat
-from solver.solvers.dp import solve_dp
 from solver.solvers.exhaustive import solve_exhaustive
+from solver.solvers.policy import Policy
+from solver.solvers.route import exact_dp
 from solver.solvers.subsetdp import forced_times
 
 
@@ -97,7 +97,7 @@ def test_dp_exhaustive_and_cpsat_agree_with_hosts_and_idle(
     p = with_hosts(p, hosts, network_ms, idle)
     arcs = build_arcs(p, build_table(p))
     ex = solve_exhaustive(arcs)
-    dp = solve_dp(arcs)
+    dp = exact_dp(arcs)
     assert (dp.status, dp.gpus, dp.cuts) == (ex.status, ex.gpus, ex.cuts)
     cp = solve_cpsat(arcs, Limits(workers=1))  # host entries priced where idle GPUs meet hosts
     assert (cp.status, cp.gpus, cp.cuts) == (ex.status, ex.gpus, ex.cuts)
@@ -241,7 +241,7 @@ def test_cpsat_keeps_host_runs_in_a_free_order(seed, k, objective, data):
     hosts = data.draw(st.lists(st.integers(0, 2), min_size=k, max_size=k).filter(lambda h: len(set(h)) > 1))
     p = with_hosts(p, hosts, 0.3, idle=False)
     arcs = build_arcs(p, build_table(p))
-    dp, cp = solve_dp(arcs), solve_cpsat(arcs, Limits(workers=1))
+    dp, cp = exact_dp(arcs), solve_cpsat(arcs, Limits(workers=1))
     assert (cp.status, cp.gpus, cp.cuts) == (dp.status, dp.gpus, dp.cuts)
     if dp.found:
         assert feasible(p, evaluate(p, dp.gpus, dp.cuts))
@@ -261,7 +261,7 @@ def test_cpsat_descents_break_idle_ties_as_the_dp(seed, k, order, objective):
     p = dataclasses.replace(p, idle_gpus=True)
     arcs = build_arcs(p, build_table(p))
     cp = cpsat_descents_only(arcs)
-    dp = solve_dp(arcs)
+    dp = exact_dp(arcs)
     assert (cp.status, cp.gpus, cp.cuts) == (dp.status, dp.gpus, dp.cuts)
 
 
@@ -273,19 +273,13 @@ def test_a_cut_list_that_ends_comes_before_a_longer_one_it_starts():
     p = dataclasses.replace(p, min_layers=np.array([2, 3, 1], dtype=np.int64))
     arcs = build_arcs(p, build_table(p))
     cp = cpsat_descents_only(arcs)
-    for sol in (cp, solve_dp(arcs), solve_exhaustive(arcs)):
+    for sol in (cp, exact_dp(arcs), solve_exhaustive(arcs)):
         assert (sol.gpus, sol.cuts) == ((0, 1), (2,)), sol.name
 
 
 def cpsat_descents_only(arcs) -> Solution:
     """CP-SAT with tie enumeration off, so its cut and order descents settle every tie."""
-    import solver.solvers.cpsat as cpsat
-
-    saved, cpsat.MAX_TIES = cpsat.MAX_TIES, 0
-    try:
-        return solve_cpsat(arcs, Limits(workers=1))
-    finally:
-        cpsat.MAX_TIES = saved
+    return solve_cpsat(arcs, Limits(workers=1), policy=Policy(max_ties=0))
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -315,14 +309,13 @@ def test_cpsat_prices_what_an_idle_gpu_would_cost_as_the_dp(seed, k, order, obje
             assert arcs.time_key(got) == arcs.time_key(want[g])
 
 
-def test_idle_costs_beyond_the_dp_come_from_cpsat(monkeypatch):
+def test_idle_costs_beyond_the_dp_come_from_cpsat():
     """The idle-cost figures with the host/idle DP's size limit lowered equal the DP's own."""
     p = with_hosts(random_problem(11, n_layers=8, n_gpus=4, order="auto", tight=2.0), [0, 0, 1, 1], 2.0, True)
     p = dataclasses.replace(p, layer_ms=np.array([0.5, 0.75, 1.0, 9.0]))  # the last card is too slow to use
     by_dp = plan_rig(p, Limits(workers=1))
     assert by_dp.idle_cost_ms
-    monkeypatch.setattr(planner, "MAX_STEPS", 0)
-    by_cpsat = plan_rig(p, Limits(workers=1))
+    by_cpsat = plan_rig(p, Limits(workers=1), policy=Policy(max_subset_steps=0))
     assert by_cpsat.idle_cost_ms.keys() == by_dp.idle_cost_ms.keys()
     for g, cost in by_dp.idle_cost_ms.items():
         assert by_cpsat.idle_cost_ms[g] == pytest.approx(cost, abs=2e-6)

@@ -41,7 +41,7 @@ RIGS = Path(__file__).resolve().parent / "rigs"
 def test_tie_rigs_are_proven_by_the_dp_without_a_solve(rig, cuts, gpus):
     r = plan_rig(load_problem(RIGS / f"{rig}.yaml"), Limits(workers=1))
     assert r.status == "optimal" and r.solution.name == "dp"
-    assert r.solution.info.get("solves", 0) == 0
+    assert r.solution.work.solves == 0
     assert (r.plan.cuts, r.plan.gpus) == (cuts, gpus)
 
 

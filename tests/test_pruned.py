@@ -13,16 +13,27 @@ from factory import random_problem
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from solver import hostsplit, lagrange, planner, windows
+from solver import planner
 from solver.arcs import build_arcs, subset
 from solver.engines import build_table
-from solver.planner import dp_hint, exact_on, plan_rig
+from solver.planner import plan_rig
 from solver.report import to_json
-from solver.solvers import Limits, Solution, stage_key, subsetdp
-from solver.solvers.cpsat import solve_cpsat
-from solver.solvers.dp import path_minimax, solve_dp
+from solver.solvers import Limits, Solution, hostsplit, lagrange, stage_key, windows
+from solver.solvers.cpsat import least_top_stage, solve_cpsat
 from solver.solvers.exhaustive import _orders, solve_exhaustive
+from solver.solvers.paths import path_minimax
+from solver.solvers.policy import Policy
 from solver.solvers.pruned import applies, solve_pruned
+from solver.solvers.route import dp_hint, exact_dp, exact_on
+
+
+def cpsat_inner(arcs, limits, hint):
+    """CP-SAT as the pruned path's exact solver on each cut table."""
+    return solve_cpsat(arcs, limits, hint=hint)
+
+
+#: The class-count DP never answers first, so the pruned path does.
+NO_DP_FIRST = Policy(dp_first_work=0)
 
 
 def hosted(p, hosts: list[int] | None):
@@ -102,8 +113,8 @@ def test_pruned_solve_returns_the_exhaustive_plan(p, inner_name):
     if not applies(arcs):
         assert want.status == "infeasible"
         return
-    inner = exact_on if inner_name == "exact_on" else (lambda a, lim, h: solve_cpsat(a, lim, hint=h))
-    got = solve_pruned(arcs, Limits(workers=1), dp_hint(arcs), inner)
+    inner = exact_on if inner_name == "exact_on" else cpsat_inner
+    got = solve_pruned(arcs, Limits(workers=1), dp_hint(arcs), inner, least_top=least_top_stage)
     if got is None:  # no relaxed path covers the layers: no plan at all
         assert want.status == "infeasible"
         return
@@ -126,16 +137,15 @@ def distinct_cards(seed: int, k: int, n_layers: int, objective: str):
 
 
 @pytest.mark.slow
-def test_the_product_prunes_larger_free_orders_and_agrees_with_the_dp(monkeypatch):
+def test_the_product_prunes_larger_free_orders_and_agrees_with_the_dp():
     """9 distinct cards x 60 layers, with the DP-first threshold at zero so the pruned path (and
     CP-SAT inside it) answers what the DP answers on these rigs in the product."""
-    monkeypatch.setattr(planner, "DP_FIRST_WORK", 0)
     for seed, objective in itertools.product(range(3), ["time", "mass", "throughput"]):
         p = distinct_cards(seed, 9, 60, objective)
-        r = plan_rig(p, Limits(workers=1))
-        assert "pruned_arcs" in r.solution.info, "the pruned path answered"
-        assert r.solution.info["pruned_arcs"] < len(r.arcs)
-        want = solve_dp(r.arcs)
+        r = plan_rig(p, Limits(workers=1), policy=NO_DP_FIRST)
+        assert r.solution.work.pruned_arcs is not None, "the pruned path answered"
+        assert r.solution.work.pruned_arcs < len(r.arcs)
+        want = exact_dp(r.arcs)
         assert (r.status, r.solution.gpus, r.solution.cuts) == (want.status, want.gpus, want.cuts)
 
 
@@ -180,36 +190,33 @@ def test_the_host_split_agrees_with_the_host_dp_on_larger_rigs():
     for seed, objective in itertools.product(range(2), ["time", "mass", "throughput"]):
         p = hosted(distinct_cards(seed, 7, 40, objective), [0, 0, 0, 1, 1, 1, 1])
         arcs = build_arcs(p, build_table(p))
-        got = solve_pruned(arcs, Limits(workers=1), None, lambda a, lim, h: solve_cpsat(a, lim, hint=h))
-        assert got is not None and got.info["split_by_host"]
-        assert got.info["pruned_arcs"] < len(arcs) / 10
-        want = solve_dp(arcs)
+        got = solve_pruned(arcs, Limits(workers=1), None, cpsat_inner, least_top=least_top_stage)
+        assert got is not None and got.work.cut_by == "host split"
+        assert got.work.pruned_arcs < len(arcs) / 10
+        want = exact_dp(arcs)
         assert (got.status, got.gpus, got.cuts) == (want.status, want.gpus, want.cuts)
 
 
-def test_check_confirms_a_host_split_plan_in_its_gpu_order(monkeypatch):
+def test_check_confirms_a_host_split_plan_in_its_gpu_order():
     """--check beyond the host/idle DP (its size limit lowered here) replays the DP in the chosen order."""
-    monkeypatch.setattr(subsetdp, "MAX_STEPS", 10)
-    monkeypatch.setattr(planner, "MAX_STEPS", 10)
     p = hosted(distinct_cards(5, 7, 40, "time"), [0, 0, 0, 1, 1, 1, 1])
-    r = plan_rig(p, Limits(workers=1), check=True)
-    assert r.status == "optimal" and r.solution.info.get("split_by_host")
+    r = plan_rig(p, Limits(workers=1), check=True, policy=Policy(max_subset_steps=10))
+    assert r.status == "optimal" and r.solution.work.cut_by == "host split"
     assert r.oracle.name == "dp in the chosen GPU order" and r.oracle.agrees
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("engine", ["llama.cpp", "vllm"])
-def test_the_pruned_path_agrees_with_the_dp_under_every_engine(monkeypatch, engine):
+def test_the_pruned_path_agrees_with_the_dp_under_every_engine(engine):
     """llama.cpp's CPU-held tensors and vLLM's spare-KV level through the cut: 7 distinct cards x 30."""
-    monkeypatch.setattr(planner, "DP_FIRST_WORK", 0)
     for seed, objective in zip(range(6), ["time", "mass", "throughput"] * 2, strict=True):
         p = random_engine_problem(
             seed, engine, n_layers=30, n_gpus=7, order="auto", objective=objective, tight=1.5
         )
         p = dataclasses.replace(p, layer_ms=np.round(np.random.default_rng(seed).uniform(0.4, 2.0, 7), 3))
         arcs = build_arcs(p, build_table(p))
-        got, want = planner.solve_plan(arcs, Limits(workers=1)), solve_dp(arcs)
-        assert "pruned_arcs" in got.info or not len(arcs)
+        got, want = planner.solve_plan(arcs, Limits(workers=1), NO_DP_FIRST), exact_dp(arcs)
+        assert got.work.pruned_arcs is not None or not len(arcs)
         assert (got.status, got.gpus, got.cuts) == (want.status, want.gpus, want.cuts)
 
 
@@ -262,15 +269,14 @@ def test_window_passes_stopped_by_the_deadline_keep_a_valid_lower_bound(p):
 
 
 @pytest.mark.slow
-def test_the_throughput_objective_cuts_by_windows_and_agrees_with_the_dp(monkeypatch):
+def test_the_throughput_objective_cuts_by_windows_and_agrees_with_the_dp():
     """10 distinct cards x 48 layers (the class-count DP still takes them), DP-first off: the least
     slowest stage by the window passes, the cut by the exact best time through each arc within it."""
-    monkeypatch.setattr(planner, "DP_FIRST_WORK", 0)
     for seed in range(3):
         p = distinct_cards(seed, 10, 48, "throughput")
         arcs = build_arcs(p, build_table(p))
-        got, want = planner.solve_plan(arcs, Limits(workers=1)), solve_dp(arcs)
-        assert got.info.get("windows") and got.info["pruned_arcs"] < len(arcs) / 50
+        got, want = planner.solve_plan(arcs, Limits(workers=1), NO_DP_FIRST), exact_dp(arcs)
+        assert got.work.cut_by == "windows" and got.work.pruned_arcs < len(arcs) / 50
         assert (got.status, got.gpus, got.cuts) == (want.status, want.gpus, want.cuts)
 
 
@@ -304,7 +310,9 @@ def test_pruned_solve_under_binding_host_memory_limits_returns_the_exhaustive_pl
             if (want.gpus, want.cuts) == (free.gpus, free.cuts):
                 continue
             binding, hosts = binding + 1, hosts + (arcs.n_hosts > 1)
-            got = solve_pruned(limited, Limits(workers=1), dp_hint(limited), exact_on)
+            got = solve_pruned(
+                limited, Limits(workers=1), dp_hint(limited), exact_on, least_top=least_top_stage
+            )
             got = got or Solution("none", "infeasible")  # None: no relaxed path covers the layers
             assert (got.status, got.gpus, got.cuts) == (want.status, want.gpus, want.cuts), (seed, share)
             product = planner.solve_plan(limited, Limits(workers=1))  # the DP refuses; the cut answers

@@ -17,8 +17,8 @@ from solver.problem import Problem
 from solver.rangewalk import walk_table
 from solver.solvers import Limits
 from solver.solvers.cpsat import solve_cpsat
-from solver.solvers.dp import solve_dp
 from solver.solvers.exhaustive import solve_exhaustive
+from solver.solvers.route import exact_dp
 
 
 def problem(
@@ -54,7 +54,7 @@ def problem(
 def every_answer(p: Problem) -> set[tuple[tuple[int, ...], tuple[int, ...]]]:
     """(gpus, cuts) from each exact solver and the planner; one element when they all agree."""
     arcs = build_arcs(p, build_table(p))
-    sols = [solve_exhaustive(arcs), solve_dp(arcs), solve_cpsat(arcs, Limits(workers=1))]
+    sols = [solve_exhaustive(arcs), exact_dp(arcs), solve_cpsat(arcs, Limits(workers=1))]
     assert all(s.status == "optimal" for s in sols), [(s.name, s.status) for s in sols]
     result = plan_rig(p, Limits(workers=2), check=True)
     assert result.oracle is not None and result.oracle.agrees

@@ -21,9 +21,22 @@ from solver.plan import feasible
 from solver.planner import plan_rig
 from solver.problem import Problem
 from solver.report import to_json
-from solver.solvers import Limits, Solution, Stopped, cpsat, dp, plan_arcs, relaxed_bound, stage_key, subsetdp
-from solver.solvers.dp import solve_dp
+from solver.solvers import (
+    Limits,
+    Solution,
+    Stopped,
+    cpmodel,
+    cpsat,
+    dpgraph,
+    plan_arcs,
+    relaxed_bound,
+    stage_key,
+    subsetfree,
+    subsetgiven,
+)
 from solver.solvers.exhaustive import solve_exhaustive
+from solver.solvers.policy import Policy
+from solver.solvers.route import exact_dp
 
 
 def big_problem():
@@ -103,7 +116,7 @@ def objective_key(arcs, gpus, cuts) -> tuple[int, int, int]:
     """A plan's objective as the DP and enumeration rank it: (-mass, slowest stage key, time key)."""
     ids = plan_arcs(arcs, gpus, cuts)
     top = int(stage_key(arcs)[ids].max()) if arcs.objective == "throughput" else 0
-    return -int(arcs.mass[ids].sum()), top, int(arcs.time_key(cpsat._plan_time(arcs, ids)))
+    return -int(arcs.mass[ids].sum()), top, int(arcs.time_key(cpmodel.plan_time(arcs, ids)))
 
 
 @pytest.mark.parametrize("idle", [pytest.param(True, marks=pytest.mark.slow), False])
@@ -118,7 +131,7 @@ def test_a_stopped_dp_returns_a_plan_of_the_optimum_or_unknown(monkeypatch, idle
         if not idle:  # every GPU used: hosts would make it the host DP's, so one machine
             p = dataclasses.replace(p, gpu_host=None, host_names=["local"], network_handoff_ms=None)
         arcs = build_arcs(p, build_table(p))
-        want, full = solve_exhaustive(arcs), solve_dp(arcs)
+        want, full = solve_exhaustive(arcs), exact_dp(arcs)
         for n in itertools.count():
             looks = itertools.count()
 
@@ -126,9 +139,9 @@ def test_a_stopped_dp_returns_a_plan_of_the_optimum_or_unknown(monkeypatch, idle
                 if next(looks) >= n:
                     raise Stopped
 
-            monkeypatch.setattr(subsetdp, "check_deadline", check)
-            monkeypatch.setattr(dp, "check_deadline", check)
-            got = solve_dp(arcs, Limits(time_limit=60.0))
+            for passes in (subsetfree, subsetgiven, dpgraph):
+                monkeypatch.setattr(passes, "check_deadline", check)
+            got = exact_dp(arcs, Limits(time_limit=60.0))
             monkeypatch.undo()
             if got.status in ("optimal", "infeasible"):
                 assert (got.status, got.gpus, got.cuts) == (want.status, want.gpus, want.cuts)
@@ -148,9 +161,8 @@ def test_a_stopped_idle_plan_beyond_the_dp_is_feasible_or_unknown_never_a_wrong_
     hinted by the DP in rig order. With the limit already spent, with CP-SAT's models too large for
     the time left, and with ample time, each answer is enumeration's plan, a feasible plan with a
     bound on the optimum, or unknown with a reason."""
-    monkeypatch.setattr(subsetdp, "MAX_STEPS", 0)
-    monkeypatch.setattr(planner, "MAX_STEPS", 0)
-    build = cpsat._build
+    small = Policy(max_subset_steps=0)
+    build = cpmodel.build
 
     def late(arcs, deadline=None):
         raise Stopped
@@ -161,8 +173,10 @@ def test_a_stopped_idle_plan_beyond_the_dp_is_feasible_or_unknown_never_a_wrong_
         arcs = build_arcs(p, build_table(p))
         want = solve_exhaustive(arcs)
         for spent, written in ((10.0, build), (0.0, late), (0.0, build)):
-            monkeypatch.setattr(cpsat, "_build", written)
-            r = plan_rig(p, Limits(time_limit=10.0, workers=1, started=time.perf_counter() - spent))
+            monkeypatch.setattr(cpmodel, "build", written)
+            r = plan_rig(
+                p, Limits(time_limit=10.0, workers=1, started=time.perf_counter() - spent), policy=small
+            )
             seen.add(r.status)
             if r.status in ("optimal", "infeasible"):
                 got = r.solution
@@ -188,7 +202,7 @@ def test_a_model_that_cannot_be_written_in_time_is_given_up():
     p = big_problem()
     arcs = build_arcs(p, build_table(p))
     with pytest.raises(Stopped):
-        cpsat._build(arcs, deadline=time.perf_counter() - 1.0)
+        cpmodel.build(arcs, deadline=time.perf_counter() - 1.0)
     got = cpsat.solve_cpsat(arcs, Limits(time_limit=1.0, workers=1, started=time.perf_counter() - 5.0))
     assert got.status == "unknown" and not got.gpus
 
@@ -258,7 +272,8 @@ def test_a_small_time_limit_still_runs(tmp_path):
 def test_no_plan_in_time_exits_3_with_the_reason(tmp_path, monkeypatch):
     """A solve that found nothing before the limit (status unknown) is no plan: exit 3, never 0."""
     rig = tiny_rig(tmp_path)
-    monkeypatch.setattr(planner, "solve_plan", lambda arcs, limits: Solution("cp-sat", "unknown"))
+    stopped = Solution("cp-sat", "unknown")
+    monkeypatch.setattr(planner, "solve_plan", lambda arcs, limits, policy, chosen: stopped)
     res = run_cli(rig, "--json", "--time-limit", "1")
     assert res.exit_code == 3
     got = json.loads(res.stdout)

@@ -122,7 +122,7 @@ def fresh_point_main(arg: str) -> None:
     sol = result.solution
     got = {"plan_s": plan_s, "peak_mib": peak_rss_mib(), "status": result.status}
     got |= {"gap": plan_json(result)["solver"]["gap"], "solver": sol.name}
-    print(json.dumps({**got, "pruned_arcs": sol.info.get("pruned_arcs")}))
+    print(json.dumps({**got, "pruned_arcs": sol.work.pruned_arcs}))
 
 
 def fresh_point(point: SweepPoint, settings: Settings) -> FreshRun:

@@ -12,6 +12,7 @@ from solver.bench.timing import Settings, Timing, repeat_timed
 
 if TYPE_CHECKING:
     from solver.bench.fresh import FreshRun
+    from solver.solvers.policy import Policy
 
 
 @dataclass
@@ -64,23 +65,27 @@ class RigBench:
         }
 
 
-def measure(problem: Any, settings: Settings, reload: Callable[[], Any] | None = None) -> RigBench:
-    """Time every piece on one problem; ``reload`` re-reads its files (``read``, part of end to end)."""
+def measure(
+    problem: Any, settings: Settings, reload: Callable[[], Any] | None = None, policy: Policy | None = None
+) -> RigBench:
+    """Time every piece on one problem; ``reload`` re-reads its files (``read``, part of end to end);
+    ``policy``: the solver route's thresholds (None: the command line's)."""
     from solver.arcs import build_arcs
     from solver.engines import build_table
     from solver.planner import plan_rig
     from solver.report import to_json as plan_json
     from solver.solvers import Limits, TooLarge
-    from solver.solvers.dp import solve_dp
     from solver.solvers.exhaustive import count_placements, solve_exhaustive
+    from solver.solvers.route import POLICY, exact_dp
 
     s = settings
+    policy = policy or POLICY
     pieces: dict[str, Timing] = {}
     pieces["table"], walk = repeat_timed(lambda: build_table(problem), s.repeat, s.budget_s)
     pieces["arcs"], arcs = repeat_timed(lambda: build_arcs(problem, walk), s.repeat, s.budget_s)
     dp = None
     try:
-        pieces["dp"], dp = repeat_timed(lambda: solve_dp(arcs), s.repeat, s.budget_s)
+        pieces["dp"], dp = repeat_timed(lambda: exact_dp(arcs, policy=policy), s.repeat, s.budget_s)
     except TooLarge as exc:
         pieces["dp"] = Timing(skipped=str(exc))
     placements = count_placements(arcs)
@@ -95,8 +100,8 @@ def measure(problem: Any, settings: Settings, reload: Callable[[], Any] | None =
         t0 = time.perf_counter()
         p = reload() if reload else problem
         read.runs.append((time.perf_counter() - t0) * 1e3)
-        result = plan_rig(p, limits)
-        cpsat.runs.append(result.solution.info.get("wall_ms", 0.0))
+        result = plan_rig(p, limits, policy=policy)
+        cpsat.runs.append(result.solution.wall_ms)
         return result
 
     pieces["end-to-end"], result = repeat_timed(end_to_end, s.repeat, s.budget_s)

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
-from solver.arcs import Arcs
-from solver.scales import MASS_SCALE
+from solver.arcs import Arcs, Objective
+from solver.arcs import stage_key as stage_key
+from solver.solvers.paths import any_path, stage_tables
 
 
 @dataclass(frozen=True)
@@ -44,11 +45,27 @@ class Limits:
 
 
 @dataclass(frozen=True)
+class Work:
+    """What a solve did, for the report and the benchmarks (None: not this solver's)."""
+
+    solves: int = 0  # CP-SAT solves (0: a DP or enumeration answered)
+    arcs_left: int | None = None  # arcs in play at CP-SAT's last level
+    placements: int | None = None  # placements enumeration scored
+    orders: int | None = None  # GPU orders an engine's rule allowed, each solved
+    pruned_arcs: int | None = None  # arcs the pruned path's last cut kept
+    pruned_arcs_by_mass: int | None = None  # arcs of plans holding the most mass, before that cut
+    rounds: int | None = None  # cut solves of the pruned path
+    lagrange_steps: int | None = None  # subgradient steps of its Lagrangian bound
+    cut_by: str | None = None  # what cut the table: "lagrange", "host split" or "windows"
+
+
+@dataclass(frozen=True)
 class Solution:
     """A solver's answer: the GPU of each stage and the cut points, with how sure it is.
 
-    status: optimal | feasible | infeasible | heuristic. ``bound`` is the proven bound on the
-    objective (window ms for time, held mass for mass) when the solver proves one.
+    status: optimal | feasible | infeasible | heuristic | unknown. ``bound`` is the proven bound on
+    the objective (window ms for time, held mass for mass) when the solver proves one. ``reason``:
+    why there is no answer, where the solver can say (the proportional split).
     """
 
     name: str
@@ -56,7 +73,9 @@ class Solution:
     gpus: tuple[int, ...] = ()
     cuts: tuple[int, ...] = ()
     bound: float | None = None
-    info: dict = field(default_factory=dict)
+    wall_ms: float = 0.0
+    reason: str | None = None
+    work: Work = Work()
 
     @property
     def found(self) -> bool:
@@ -103,6 +122,19 @@ def usable(arcs: Arcs, plan: Solution | None) -> np.ndarray | None:
     return ids
 
 
+def check_host(arcs: Arcs, gpus: list[int] | tuple[int, ...], cuts: list[int] | tuple[int, ...]) -> None:
+    """TooLarge when a DP's unconstrained optimum leaves more expert bytes in host memory than the
+    limit allows: a path DP cannot carry that knapsack constraint, so it declines."""
+    if arcs.host_limit is None:
+        return
+    host = int(arcs.host[plan_arcs(arcs, tuple(gpus), tuple(cuts))].sum())
+    if host > arcs.host_limit:
+        raise TooLarge(
+            f"the DP's unconstrained optimum leaves {host:,} bytes in host memory, over the limit of "
+            f"{arcs.host_limit:,}; the DP cannot carry that limit"
+        )
+
+
 def plan_score(arcs: Arcs, gpus: tuple[int, ...], cuts: tuple[int, ...]) -> tuple[int, int, int] | None:
     """(mass, time, bottleneck) of a plan in table units, or None if a stage is not an arc."""
     ids = plan_arcs(arcs, gpus, cuts)
@@ -116,56 +148,16 @@ def relaxed_bound(arcs: Arcs) -> float | None:
 
     With the order as given, stage s is GPU s and the pass is exact; with a free order it lets a GPU
     repeat, a relaxation. With idle GPUs a plan has any number of stages: the pass takes paths of
-    any length (``_any_path``). It ignores ``host_limit``, which only makes plans worse. Window ms
+    any length (``paths.any_path``). It ignores ``host_limit``, which only makes plans worse. Window ms
     for time, held mass for mass, the slowest stage's ms for throughput (a min-max pass); None when
     no path covers the layers.
     """
     objective = arcs.objective
-    weight = {"mass": arcs.mass, "time": arcs.time}.get(objective, stage_key(arcs))
-    worst = np.iinfo(np.int64).min if objective == "mass" else np.iinfo(np.int64).max
-    better = np.maximum if objective == "mass" else np.minimum
-    if arcs.idle:
-        reach = _any_path(arcs, weight, worst, better)
-    else:
-        n, k = arcs.n_layers, arcs.n_gpus
-        reach = np.full(n + 1, worst, dtype=np.int64)
-        reach[0] = 0
-        for s in range(k):
-            on = (reach[arcs.start] != worst) & ((arcs.gpu == s) if arcs.order == "as-given" else True)
-            nxt = np.full(n + 1, worst, dtype=np.int64)
-            came = reach[arcs.start[on]]
-            step = np.maximum(came, weight[on]) if objective == "throughput" else came + weight[on]
-            better.at(nxt, arcs.end[on], step)
-            reach = nxt
-    if reach[arcs.n_layers] == worst:
+    pass_ = (objective.weight(arcs), 0, objective.worst, objective.better, objective.combine)
+    reach = any_path(arcs, *pass_) if arcs.idle else stage_tables(arcs, *pass_)[-1]
+    if reach[arcs.n_layers] == objective.worst:
         return None
     value = int(reach[arcs.n_layers])
-    if objective == "mass":
-        return value / MASS_SCALE
-    if objective == "throughput":
-        return value / 10**6
-    if arcs.idle:  # each host run costs entry_units: at least one run, at most one per host
+    if arcs.idle and objective is Objective.TIME:  # each host run costs entry_units: 1 to n_hosts runs
         value += arcs.entry_units * (1 if arcs.entry_units > 0 else arcs.n_hosts)
-    return arcs.window_ms(value)
-
-
-def _any_path(arcs: Arcs, weight: np.ndarray, worst: int, better: np.ufunc) -> np.ndarray:
-    """Per boundary, the best ``weight`` (summed; the largest for throughput) of a path of arcs from
-    layer 0 to it, any GPUs, any number of them: one sweep, arcs grouped by their start."""
-    n = arcs.n_layers
-    order = np.argsort(arcs.start, kind="stable")
-    cut = np.searchsorted(arcs.start[order], np.arange(n + 2))
-    reach = np.full(n + 1, worst, dtype=np.int64)
-    reach[0] = 0
-    for p in range(n):  # arcs go forward: boundary p is final once every arc into it is seen
-        if reach[p] == worst:
-            continue
-        ids = order[cut[p] : cut[p + 1]]
-        step = np.maximum(reach[p], weight[ids]) if arcs.objective == "throughput" else reach[p] + weight[ids]
-        better.at(reach, arcs.end[ids], step)
-    return reach
-
-
-def stage_key(arcs: Arcs) -> np.ndarray:
-    """Each arc's ``stage`` time in whole units of 1e-6 ms, halves up: the throughput objective's key."""
-    return (arcs.stage + arcs.coarse // 2) // arcs.coarse
+    return objective.in_units(arcs, value)

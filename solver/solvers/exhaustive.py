@@ -19,9 +19,8 @@ import time
 import numpy as np
 
 from solver.arcs import Arcs
-from solver.solvers import Limits, Solution, TooLarge, stage_key
-
-MAX_PLACEMENTS = 3_000_000
+from solver.solvers import Limits, Solution, TooLarge, Work, stage_key
+from solver.solvers.policy import POLICY, Policy
 
 
 def count_placements(arcs: Arcs) -> int:
@@ -46,13 +45,13 @@ def _orders(arcs: Arcs):
                 yield order, len(runs)
 
 
-def solve_exhaustive(arcs: Arcs, limits: Limits | None = None) -> Solution:
-    """The exact plan by scoring every placement."""
+def solve_exhaustive(arcs: Arcs, limits: Limits | None = None, policy: Policy = POLICY) -> Solution:
+    """The exact plan by scoring every placement (at most ``policy.max_placements``)."""
     t0 = time.perf_counter()
     n, k = arcs.n_layers, arcs.n_gpus
     total = count_placements(arcs)
-    if total > MAX_PLACEMENTS:
-        raise TooLarge(f"{total:,} placements is over the {MAX_PLACEMENTS:,} exhaustive search scores")
+    if total > policy.max_placements:
+        raise TooLarge(f"{total:,} placements is over the {policy.max_placements:,} exhaustive search scores")
     idx = arcs.index()
     stage_keys = stage_key(arcs)
     rows = []
@@ -73,7 +72,7 @@ def solve_exhaustive(arcs: Arcs, limits: Limits | None = None) -> Solution:
             ok[ok] = arcs.host[ids[ok]].sum(axis=1) <= arcs.host_limit
         ids = ids[ok]
         mass = arcs.mass[ids].sum(axis=1)
-        top = stage_keys[ids].max(axis=1) if arcs.objective == "throughput" else np.zeros(len(ids), np.int64)
+        top = stage_keys[ids].max(axis=1) if arcs.objective.minmax else np.zeros(len(ids), np.int64)
         key = arcs.time_key(arcs.time[ids].sum(axis=1) + arcs.entry_units * runs)
         spare = arcs.spare[ids].min(axis=1)
         bottleneck = arcs.bottleneck[ids].max(axis=1)
@@ -84,7 +83,7 @@ def solve_exhaustive(arcs: Arcs, limits: Limits | None = None) -> Solution:
         rows.append(np.column_stack([-mass, top, key, -spare, bottleneck, cut_cols, rank]))
     table = np.concatenate(rows) if rows else np.zeros((0, 0), dtype=np.int64)
     if not len(table):
-        return Solution("exhaustive", "infeasible", info={"wall_ms": (time.perf_counter() - t0) * 1e3})
+        return Solution("exhaustive", "infeasible", wall_ms=(time.perf_counter() - t0) * 1e3)
     best = table[np.lexsort(table.T[::-1])[0]]
     cuts = tuple(int(c) for c in best[5 : 5 + k - 1] if c >= 0)
     gpus = tuple(int(g) for g in best[5 + k - 1 :] if g >= 0)
@@ -95,5 +94,6 @@ def solve_exhaustive(arcs: Arcs, limits: Limits | None = None) -> Solution:
         gpus,
         cuts,
         bound,
-        info={"wall_ms": (time.perf_counter() - t0) * 1e3, "placements": total},
+        wall_ms=(time.perf_counter() - t0) * 1e3,
+        work=Work(placements=total),
     )

@@ -15,12 +15,11 @@ import numpy as np
 
 from solver.arcs import Arcs
 from solver.solvers import Solution, TooLarge, plan_arcs, stage_key
-from solver.solvers.dp import solve_dp
 
 Solver = Callable[[Arcs], Solution]
 
 
-def in_order(arcs: Arcs, gpus: tuple[int, ...], solve: Solver = solve_dp) -> Solution:
+def in_order(arcs: Arcs, gpus: tuple[int, ...], solve: Solver) -> Solution:
     """``solve`` with stage s on GPU ``gpus[s]``: GPUs renumbered by stage, the answer mapped back."""
     stage_of = np.empty(arcs.n_gpus, dtype=np.int64)
     stage_of[list(gpus)] = np.arange(arcs.n_gpus)
@@ -33,18 +32,18 @@ def rank(arcs: Arcs, sol: Solution) -> tuple:
     """The tie chain's key of a plan (smaller is better)."""
     ids = plan_arcs(arcs, sol.gpus, sol.cuts)
     time = int(arcs.time_key(int(arcs.time[ids].sum())))
-    if arcs.objective == "mass":
+    if arcs.objective.maximises:
         head: tuple = (-int(arcs.mass[ids].sum()), time)
-    elif arcs.objective == "throughput":
+    elif arcs.objective.minmax:
         head = (int(stage_key(arcs)[ids].max()), time)
     else:
         head = (time,)
     return (*head, -int(arcs.spare[ids].min()), int(arcs.bottleneck[ids].max()), sol.cuts, sol.gpus)
 
 
-def solve_in_orders(arcs: Arcs, orders: list[tuple[int, ...]], solve: Solver = solve_dp) -> Solution:
-    """The best plan over ``orders`` (each a GPU per stage) by ``solve`` in each; infeasible when none
-    has one."""
+def solve_in_orders(arcs: Arcs, orders: list[tuple[int, ...]], solve: Solver, name: str) -> Solution:
+    """The best plan over ``orders`` (each a GPU per stage) by ``solve`` in each; infeasible (from
+    the solver ``name``) when none has one."""
     best: Solution | None = None
     for gpus in orders:
         try:
@@ -54,5 +53,6 @@ def solve_in_orders(arcs: Arcs, orders: list[tuple[int, ...]], solve: Solver = s
         if got.found and (best is None or rank(arcs, got) < rank(arcs, best)):
             best = got
     if best is None:
-        return Solution(solve.__name__.removeprefix("solve_"), "infeasible")
-    return dataclasses.replace(best, status="optimal", info={**best.info, "orders": len(orders)})
+        return Solution(name, "infeasible")
+    work = dataclasses.replace(best.work, orders=len(orders))
+    return dataclasses.replace(best, status="optimal", work=work)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from solver.arcs import Arcs
-from solver.solvers import Limits, Solution, plan_arcs
+from solver.solvers import Limits, Solution
 
 
 def round_half_away(x: float) -> int:
@@ -46,14 +46,12 @@ def no_split_reason(n_gpus: int, n_layers: int, first_stage_min_layers: int) -> 
 
 
 def solve_proportional(arcs: Arcs, limits: Limits | None = None) -> Solution:
-    """The proportional split in rig order; ``info['feasible']`` says if every stage is an arc.
+    """The proportional split in rig order, blind to memory (its stages need not be arcs).
 
-    Status "heuristic" with its cuts, or "infeasible" with ``info['reason']`` when no split exists.
+    Status "heuristic" with its cuts, or "infeasible" with a ``reason`` when no split exists.
     """
     cuts = proportional_cuts([float(t) for t in arcs.layer_ms], arcs.n_layers, arcs.first_stage_min_layers)
     if cuts is None:
         reason = no_split_reason(arcs.n_gpus, arcs.n_layers, arcs.first_stage_min_layers)
-        return Solution("proportional", "infeasible", info={"feasible": False, "reason": reason})
-    gpus = tuple(range(arcs.n_gpus))
-    feasible = bool((plan_arcs(arcs, gpus, tuple(cuts)) >= 0).all())
-    return Solution("proportional", "heuristic", gpus, tuple(cuts), info={"feasible": feasible})
+        return Solution("proportional", "infeasible", reason=reason)
+    return Solution("proportional", "heuristic", tuple(range(arcs.n_gpus)), tuple(cuts))

@@ -27,12 +27,9 @@ import math
 import numpy as np
 
 from solver.arcs import Arcs, gpu_classes
-
-#: Cells of one host's ``inside`` tables (states x (L+1)^2) at most: 512 MiB of float64.
-MAX_CELLS = 2**26
-#: Host sets at most (2^H): eight hosts.
-MAX_HOST_SETS = 256
-EXACT = 2.0**52
+from solver.scales import EXACT_FLOAT
+from solver.solvers.paths import Radix
+from solver.solvers.policy import POLICY, Policy
 
 
 def _product(a: np.ndarray, c: np.ndarray, op: np.ufunc) -> np.ndarray:
@@ -46,22 +43,16 @@ def _product(a: np.ndarray, c: np.ndarray, op: np.ufunc) -> np.ndarray:
     return out
 
 
-def _host_states(members: list[int], mult: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Mixed-radix strides of a host's classes and the counts per class of each state."""
-    radix = mult[members] + 1
-    stride = np.concatenate([[1], np.cumprod(radix)[:-1]]).astype(np.int64)
-    counts = (np.arange(math.prod(int(r) for r in radix))[:, None] // stride[None, :]) % radix[None, :]
-    return stride, counts
-
-
-def exact_through(arcs: Arcs, weight: np.ndarray, op: np.ufunc = np.add) -> tuple[int, np.ndarray] | None:
+def exact_through(
+    arcs: Arcs, weight: np.ndarray, op: np.ufunc = np.add, policy: Policy = POLICY
+) -> tuple[int, np.ndarray] | None:
     """(the least summed ``weight`` of any plan, per arc the least of a plan through it), int64; a
     huge value where no plan uses the arc. ``op`` np.maximum: the least largest ``weight`` instead
     (the throughput objective's slowest stage). None when the tables would be too large, the sums
     could outgrow exact float64 integers, or the table is not a free order over several hosts."""
-    if arcs.order != "auto" or arcs.idle or arcs.n_hosts < 2 or 2**arcs.n_hosts > MAX_HOST_SETS:
+    if arcs.order != "auto" or arcs.idle or arcs.n_hosts < 2 or 2**arcs.n_hosts > policy.split_max_host_sets:
         return None
-    if float(np.abs(weight).max(initial=0)) * (arcs.n_gpus + 2) * 4 >= EXACT:
+    if float(np.abs(weight).max(initial=0)) * (arcs.n_gpus + 2) * 4 >= EXACT_FLOAT:
         return None
     n = arcs.n_layers + 1
     cls = gpu_classes(arcs)
@@ -73,9 +64,9 @@ def exact_through(arcs: Arcs, weight: np.ndarray, op: np.ufunc = np.add) -> tupl
     blocks[cls[arcs.gpu], arcs.start, arcs.end] = weight.astype(np.float64)
     hosts = arcs.n_hosts
     members = [np.flatnonzero(cls_host == h).tolist() for h in range(hosts)]
-    if any(math.prod(int(mult[c]) + 1 for c in m) * n * n > MAX_CELLS for m in members):
+    if any(math.prod(int(mult[c]) + 1 for c in m) * n * n > policy.split_max_cells for m in members):
         return None  # (Python ints: the states of 64 classes overflow int64)
-    layout = [_host_states(m, mult) for m in members]
+    layout = [(r.stride, r.counts) for r in (Radix(mult[m]) for m in members)]
     none = 0.0 if op is np.add else -np.inf  # what covering nothing weighs
     inside = [
         _inside(blocks, m, stride, counts, mult, n, op, none) for m, (stride, counts) in zip(members, layout)

@@ -21,18 +21,17 @@ integers below 2^52, so they are exact.
 from __future__ import annotations
 
 import functools
-import math
 
 import numpy as np
 
 from solver.arcs import Arcs, gpu_classes
+from solver.scales import EXACT_FLOAT
 from solver.solvers import Stopped, check_deadline
+from solver.solvers.paths import Radix, first_index
+from solver.solvers.policy import POLICY, Policy
 
-#: States x classes x width^2 steps a pass may take (about a second or two of numpy here).
-MAX_WORK = 2**28
 #: Elements of one temporary block (B states x width x width): 32 MiB of float64.
 CHUNK = 2**22
-EXACT = 2.0**52
 
 
 class Windows:
@@ -52,17 +51,13 @@ class Windows:
         self.cap = capacities(arcs, self.cls, allowed)
         self.total = int(self.mult @ self.cap)
         self.width = max(0, min(self.total - self.n, self.n) + 1) if self.total >= self.n else 0
-        self.states = math.prod(int(m) + 1 for m in self.mult)  # Python ints: 64 classes overflow int64
+        self.radix = Radix(self.mult)
+        self.states, self.stride = self.radix.size, self.radix.stride
 
-    @functools.cached_property
+    @property
     def counts(self) -> np.ndarray:
         """(N, C) GPUs used per class in each state (built once a pass is to run: ``work`` first)."""
-        radix = self.mult + 1
-        return (np.arange(self.states)[:, None] // self.stride[None, :]) % radix[None, :]
-
-    @functools.cached_property
-    def stride(self) -> np.ndarray:
-        return np.concatenate([[1], np.cumprod(self.mult + 1)[:-1]]).astype(np.int64)
+        return self.radix.counts
 
     @functools.cached_property
     def level(self) -> np.ndarray:
@@ -180,7 +175,7 @@ def capacities(arcs: Arcs, cls: np.ndarray, allowed: np.ndarray) -> np.ndarray:
 
 def exact(weight: np.ndarray, arcs: Arcs) -> bool:
     """Whether every sum of a plan's weights stays an integer float64 holds exactly."""
-    return float(np.abs(weight).max(initial=0)) * (arcs.n_gpus + 2) * 2 < EXACT
+    return float(np.abs(weight).max(initial=0)) * (arcs.n_gpus + 2) * 2 < EXACT_FLOAT
 
 
 def _none(op: np.ufunc) -> float:
@@ -189,7 +184,7 @@ def _none(op: np.ufunc) -> float:
 
 
 def least_top(
-    arcs: Arcs, keys: np.ndarray, low: int, high: int | None, deadline: float | None
+    arcs: Arcs, keys: np.ndarray, low: int, high: int | None, deadline: float | None, policy: Policy = POLICY
 ) -> tuple[int | None, int]:
     """The least slowest-stage key of any plan, by min-max passes at rising thresholds.
 
@@ -197,9 +192,9 @@ def least_top(
     threshold T from the capacity bound up answers exactly: the least top of a plan within T, or
     none (then every plan's top exceeds T). The thresholds widen the windows about twofold each
     time, so the passes that fail are the cheap ones. Returns (the least top, or None when a pass
-    would take over MAX_WORK steps, the keys are not exact in float64, or the deadline passed;
-    the proven lower bound reached). Without a known plan, a table with no plan at all returns
-    (None, the largest key + 1).
+    would take over ``policy.window_max_work`` steps, the keys are not exact in float64, or the
+    deadline passed; the proven lower bound reached). Without a known plan, a table with no plan at
+    all returns (None, the largest key + 1).
     """
     values = np.unique(keys)
     cls = gpu_classes(arcs)
@@ -216,12 +211,12 @@ def least_top(
     top = len(values) - 1 if high is None else int(np.searchsorted(values, high))
     want = 0  # the least slack of the next threshold: 0, the caps' own bound, proves those below it
     while i <= top:
-        i = _first_at_least(values, i, top, lambda t, want=want: slack(t) >= want)
+        i = first_index(i, top, lambda j, want=want: slack(int(values[j])) >= want)
         t = int(values[i])
         if want == 0:
             low = max(low, t)
         win = Windows(arcs, keys <= t)
-        if win.work > MAX_WORK:
+        if win.work > policy.window_max_work:
             return None, low
         if win.feasible:
             try:
@@ -237,23 +232,14 @@ def least_top(
     return None, low
 
 
-def _first_at_least(values: np.ndarray, lo: int, hi: int, ok) -> int:
-    """The first index in [lo, hi] whose value meets ``ok`` (monotone), else hi."""
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if ok(int(values[mid])):
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo
-
-
-def exact_through(arcs: Arcs, weight: np.ndarray, deadline: float | None) -> tuple[int, np.ndarray] | None:
+def exact_through(
+    arcs: Arcs, weight: np.ndarray, deadline: float | None, policy: Policy = POLICY
+) -> tuple[int, np.ndarray] | None:
     """(the least summed ``weight`` of any plan on ``arcs``, per arc the least of a plan through it;
     a huge value where none), by the windowed min-plus passes over every arc of the table; None
     when there is no plan, a pass would be too large or inexact, or the deadline passes."""
     win = Windows(arcs, np.ones(len(arcs), dtype=bool))
-    if not win.feasible or win.work > MAX_WORK or not exact(weight, arcs):
+    if not win.feasible or win.work > policy.window_max_work or not exact(weight, arcs):
         return None
     dense = win.dense(weight)
     try:

@@ -29,15 +29,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from solver.arcs import Arcs, gpu_classes
-
-#: Subgradient steps at most; the step factor halves after PATIENCE steps without a better bound,
-#: and the steps stop once it falls below MIN_FACTOR.
-MAX_STEPS = 400
-PATIENCE = 12
-MIN_FACTOR = 1e-4
-#: Hosts are kept exact up to this many (the DP has 2^H host sets); beyond, a host may repeat too.
-MAX_HOSTS = 6
-EXACT = 2.0**52  # float64 adds integers exactly below 2^53
+from solver.scales import EXACT_FLOAT
+from solver.solvers.policy import POLICY, Policy
 
 
 @dataclass(frozen=True)
@@ -55,12 +48,12 @@ class Relaxation:
     ``cls`` (k,) class of each GPU, ``mult`` (c,) GPUs per class, ``host`` (c,) host group of each
     class and ``size`` (H,) GPUs per host group (one group when hosts are not kept exact)."""
 
-    def __init__(self, arcs: Arcs, weight: np.ndarray):
+    def __init__(self, arcs: Arcs, weight: np.ndarray, max_hosts: int):
         self.arcs, self.n = arcs, arcs.n_layers + 1
         self.cls = gpu_classes(arcs)
         self.n_cls = int(self.cls.max()) + 1
         self.mult = np.bincount(self.cls, minlength=self.n_cls)
-        hosts = arcs.hosts if arcs.n_hosts <= MAX_HOSTS else np.zeros(arcs.n_gpus, dtype=np.int64)
+        hosts = arcs.hosts if arcs.n_hosts <= max_hosts else np.zeros(arcs.n_gpus, dtype=np.int64)
         self.host = np.zeros(self.n_cls, dtype=np.int64)
         self.host[self.cls] = hosts
         self.size = np.bincount(hosts)
@@ -137,7 +130,7 @@ class Relaxation:
     def exact(self, lam: np.ndarray) -> bool:
         """Whether every sum the passes form stays an integer float64 adds exactly."""
         top = np.abs(self.weight).max(initial=0) + np.abs(lam).max(initial=0)
-        return float(top) * (self.arcs.n_gpus + 2) * 2 < EXACT
+        return float(top) * (self.arcs.n_gpus + 2) * 2 < EXACT_FLOAT
 
 
 def _by_size(hosts: int) -> list[list[int]]:
@@ -149,7 +142,11 @@ def _by_size(hosts: int) -> list[list[int]]:
 
 
 def prices(
-    arcs: Arcs, weight: np.ndarray, target: int | None = None, deadline: float | None = None
+    arcs: Arcs,
+    weight: np.ndarray,
+    target: int | None = None,
+    deadline: float | None = None,
+    policy: Policy = POLICY,
 ) -> Prices | None:
     """Prices that raise the relaxed bound on sum ``weight`` (minimised) towards the optimum.
 
@@ -158,10 +155,10 @@ def prices(
     bound so far still valid. None when no relaxed path covers the layers, or when the sums could
     outgrow exact float64 integers.
     """
-    r = Relaxation(arcs, weight)
+    r = Relaxation(arcs, weight, policy.lagrange_max_hosts)
     lam = np.zeros(r.n_cls)
     best, best_lam, factor, stale, steps = -np.inf, lam, 2.0, 0, 0
-    for steps in range(1, MAX_STEPS + 1):
+    for steps in range(1, policy.lagrange_steps + 1):
         step = r._steps(lam)
         f, runs = r.forward(step)
         if not np.isfinite(f[r.full, -1]):
@@ -171,10 +168,14 @@ def prices(
             best, best_lam, stale = value, lam.copy(), 0
         else:
             stale += 1
-            if stale >= PATIENCE:
+            if stale >= policy.lagrange_patience:
                 factor, stale = factor / 2, 0
         grad = r.mult - r.used(step, f, runs)
-        if not grad.any() or factor < MIN_FACTOR or (deadline is not None and time.perf_counter() > deadline):
+        if (
+            not grad.any()
+            or factor < policy.lagrange_min_factor
+            or (deadline is not None and time.perf_counter() > deadline)
+        ):
             break  # the relaxed path is a plan (the bound is its value), or the steps have settled
         goal = target if target is not None and target > best else best + 1e-3 * abs(best) + 1.0
         lam = lam + factor * (goal - value) / (grad @ grad) * grad
@@ -185,13 +186,13 @@ def prices(
     return Prices(lam_int, int(f[r.full, -1]) + int(r.mult @ lam_int), steps)
 
 
-def through(arcs: Arcs, weight: np.ndarray, p: Prices) -> np.ndarray:
+def through(arcs: Arcs, weight: np.ndarray, p: Prices, policy: Policy = POLICY) -> np.ndarray:
     """Per arc, a lower bound on sum ``weight`` of any plan that uses it, shape (arcs,), int64.
 
     The least over the host sets S before the arc's host and the arcs i before it in its host's run
     of ``forward run[S, h][i][start] + (weight - lam) + backward run[S, h][size - 1 - i][end]``,
     plus the prices' total; a huge value where no relaxed path passes the arc."""
-    r = Relaxation(arcs, weight)
+    r = Relaxation(arcs, weight, policy.lagrange_max_hosts)
     lam = p.lam.astype(np.float64)
     step = r._steps(lam)
     _, fwd = r.forward(step)
