@@ -1,10 +1,10 @@
 """Shared fixtures (the repository root, a helper that writes rig/model/profile files) and the quick tier.
 
 ``python -m pytest -m "not slow"`` is the quick tier: it skips the tests marked ``slow`` and runs every
-hypothesis test on at most ``QUICK_EXAMPLES`` examples (the hypothesis profile ``quick``). Without
-``-m "not slow"`` every test runs with the example count its own ``@settings`` gives. A test
-parametrized over the shipped rigs (a ``rig`` parameter in rigs/) is marked ``slow`` here for the rigs
-outside ``QUICK_RIGS``.
+hypothesis test on at most ``tiers.QUICK_EXAMPLES`` examples (``tiers.examples`` for a test's own
+``@settings``, the hypothesis profile ``quick`` for the others). Without ``-m "not slow"`` every test
+runs with the example count its own ``@settings`` gives. A test parametrized over the shipped rigs (a
+``rig`` parameter in rigs/) is marked ``slow`` here for the rigs outside ``QUICK_RIGS``.
 """
 
 from __future__ import annotations
@@ -14,14 +14,13 @@ import sys
 from pathlib import Path
 
 import pytest
+import tiers
 from hypothesis import settings
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-#: Examples per hypothesis test in the quick tier (the full suite runs 40 to 400 per test).
-QUICK_EXAMPLES = 25
-settings.register_profile("quick", max_examples=QUICK_EXAMPLES)
+settings.register_profile("quick", max_examples=tiers.QUICK_EXAMPLES)
 
 #: The shipped rigs a sweep over every shipped rig keeps in the quick tier: strata as given and in a free
 #: order (box, duo), llama.cpp, vLLM and two hosts. The model-zoo and big rigs run in the full suite.
@@ -36,7 +35,7 @@ def quick_tier(config: pytest.Config) -> bool:
 
 def pytest_configure(config: pytest.Config) -> None:
     """Run the CLI at the width it has in a pipe, whatever the terminal that started the tests, and
-    load the ``quick`` hypothesis profile in the quick tier.
+    set the example counts of the quick tier.
 
     The CLI wraps at COLUMNS when set. Importing readline (pytest's debugger support does) sets
     COLUMNS=80 and LINES=24 in the process environment that subprocesses and pytest-xdist's workers
@@ -46,7 +45,8 @@ def pytest_configure(config: pytest.Config) -> None:
     for name in ("COLUMNS", "LINES"):
         os.environ.pop(name, None)
         os.unsetenv(name)
-    if quick_tier(config):
+    tiers.quick = quick_tier(config)
+    if tiers.quick:
         settings.load_profile("quick")
 
 
@@ -58,26 +58,12 @@ def shipped_rig(item: pytest.Item) -> Path | None:
 
 
 @pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by marker
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark the shipped-rig sweeps ``slow`` outside ``QUICK_RIGS``; in the quick tier, cap each
-    hypothesis test's own ``max_examples`` at ``QUICK_EXAMPLES``.
-
-    A test's ``@settings(max_examples=...)`` overrides any profile, so the cap is applied to the settings
-    hypothesis keeps on the test (``_hypothesis_internal_use_settings``, read when the test runs).
-    """
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark the shipped-rig sweeps ``slow`` outside ``QUICK_RIGS``."""
     for item in items:
         rig = shipped_rig(item)
         if rig is not None and rig.stem not in QUICK_RIGS:
             item.add_marker(pytest.mark.slow)
-    if not quick_tier(config):
-        return
-    for item in items:
-        test = getattr(item, "obj", None)
-        if not hasattr(test, "hypothesis"):
-            continue
-        own = test._hypothesis_internal_use_settings
-        if own.max_examples > QUICK_EXAMPLES:
-            test._hypothesis_internal_use_settings = settings(own, max_examples=QUICK_EXAMPLES)
 
 
 @pytest.fixture

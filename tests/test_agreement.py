@@ -10,6 +10,7 @@ import pytest
 from factory import random_problem
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tiers import examples
 
 from solver.arcs import build_arcs, gpu_classes
 from solver.engines import build_table
@@ -55,7 +56,7 @@ def problems(draw: st.DrawFn):
 
 
 @pytest.mark.slow
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(problems())
 def test_three_solvers_agree_on_random_small_rigs(p):
     arcs, sols = answers(p)
@@ -84,7 +85,7 @@ def side_levels(draw: st.DrawFn):
 
 
 @pytest.mark.slow
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(side_levels())
 def test_spare_and_host_limit_agree(arcs):
     """CP-SAT and exhaustive enumeration agree with the spare level and the host-memory limit; the DP
@@ -135,7 +136,7 @@ def test_shipped_rigs_agree(rig, objective):
         assert (dp.gpus, dp.cuts) == (cp.gpus, cp.cuts)
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(120), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(problems())
 def test_tie_break_levels_agree_without_enumeration(p):
     """With tie-set enumeration off, CP-SAT's bottleneck, cut and order descents give the same plan."""

@@ -11,6 +11,7 @@ import pytest
 from enginefactory import random_engine_problem
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tiers import examples
 
 from solver.arcs import build_arcs
 from solver.engines import build_table, evaluate, stage_fill
@@ -115,7 +116,7 @@ def rigs(draw):
 @pytest.mark.slow
 @pytest.mark.parametrize("objective", ["time", "mass", "throughput"])
 @pytest.mark.parametrize("engine", ["llama.cpp", "vllm", "sglang"])
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(rig=rigs())
 def test_solvers_agree_under_every_engine(engine, objective, rig):
     seed, n_layers, n_gpus, order = rig

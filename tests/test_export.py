@@ -24,6 +24,7 @@ from engine_mapping import (
 )
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tiers import examples
 
 from solver.engines import export_lines
 from solver.export import (
@@ -94,7 +95,7 @@ def check_devices(env: dict[str, str], gpus: list[int]) -> None:
 # llama.cpp: --tensor-split
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(plan=plans(), extra=st.integers(0, 3))
 def test_llama_float32_placement_puts_every_layer_on_its_stage(plan, extra):
     """Up to 64 stages: llama.cpp's float32 upper_bound maps each block to its stage, the output last."""
@@ -107,7 +108,7 @@ def test_llama_float32_placement_puts_every_layer_on_its_stage(plan, extra):
     assert got[n_layers:] == [k - 1] * (extra + 1)  # extra blocks and the output slot: the last stage
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(plan=plans(max_stages=LLAMA_MAX_SPLITS), extra=st.integers(0, 2))
 def test_llama_export_runs_the_plan(plan, extra):
     """The printed flags, parsed as llama.cpp parses them, place every layer on its stage's GPU."""
@@ -169,7 +170,7 @@ def offload_sets(draw, n_blocks: int):
 
 
 @pytest.mark.slow
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(data=st.data())
 def test_override_selects_exactly_the_offloaded_tensors(data):
     """Of every tensor name of the model, the -ot rule sends exactly the offloaded ones to the CPU."""
@@ -196,7 +197,7 @@ def test_every_set_of_expert_tensors_is_matched_exactly():
         assert {n for n in names if llama_tensor_buft(n, rules)} == {u.name for u in offload}, kinds
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     layers=st.sets(st.integers(0, 1100), min_size=1),
     probe=st.lists(st.integers(0, 1200), max_size=50),
@@ -231,7 +232,7 @@ def test_tensor_names_catch_a_tensor_the_model_lacks():
 # vLLM and SGLang
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(plan=plans())
 def test_vllm_and_sglang_partitions_give_every_rank_its_layers(plan):
     gpus, cuts, n_layers = plan
@@ -261,7 +262,7 @@ def test_offload_is_refused_for_engines_that_keep_every_weight():
 # strata and the engine check
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(plan=plans())
 def test_strata_layer_split_is_the_cuts(plan):
     gpus, cuts, n_layers = plan

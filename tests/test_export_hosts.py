@@ -27,6 +27,7 @@ from engine_mapping import (
 )
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
+from tiers import examples
 
 from solver.engines import export_lines
 from solver.export import LLAMA_ALL_LAYERS, LLAMA_MAX_SPLITS, Launch, Offload
@@ -68,7 +69,7 @@ def plan_slots(gpus: list[int], cuts: list[int], n_layers: int) -> list[int]:
     return [gpus[sum(c <= layer for c in cuts)] for layer in range(n_layers)]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(plan=host_plans(), offloaded=st.sets(st.integers(0, 199), max_size=5))
 def test_llama_rpc_runs_every_layer_on_its_gpu(plan, offloaded):
     hosts, gpus, cuts, n_layers = plan
@@ -111,7 +112,7 @@ def test_llama_rpc_runs_every_layer_on_its_gpu(plan, offloaded):
     assert int(option(flags, "-ngl")) == LLAMA_ALL_LAYERS
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(plan=host_plans(max_stages=64, equal_runs=True))
 def test_sglang_nodes_run_every_layer_on_its_gpu(plan):
     hosts, gpus, cuts, n_layers = plan
@@ -132,7 +133,7 @@ def test_sglang_nodes_run_every_layer_on_its_gpu(plan):
     assert [placed[r] for r in range(len(gpus))] == list(zip(bounds, gpus))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(plan=host_plans(max_stages=64))
 def test_vllm_ray_runs_every_layer_on_its_gpu(plan):
     """Host names here are IP addresses, so vLLM's IP order is checked, not assumed."""

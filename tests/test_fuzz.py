@@ -21,6 +21,7 @@ from clirun import input_error, invoke, key_line, outcome
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 from inputs import MODEL, PAIRS, RIG, at, dump, files, key_name, paths, strp, write_base
+from tiers import examples
 
 from solver.config import GpuConfig, ModelConfig, RigConfig
 from solver.errors import brief, one_line
@@ -29,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 #: CI runs a fixed set of examples; MOESPLIT_FUZZ=N runs N fresh random ones per property instead.
 FUZZ_EXAMPLES = int(os.environ.get("MOESPLIT_FUZZ", "0"))
 FUZZ = settings(
-    max_examples=FUZZ_EXAMPLES or 60,
+    max_examples=FUZZ_EXAMPLES or examples(60),
     deadline=timedelta(seconds=10),
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
     derandomize=not FUZZ_EXAMPLES,

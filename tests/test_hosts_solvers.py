@@ -31,6 +31,7 @@ from enginefactory import random_engine_problem
 from factory import random_problem
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tiers import examples
 
 from solver.arcs import build_arcs
 from solver.engines import build_table, evaluate
@@ -70,7 +71,7 @@ def brute_force(p: Problem) -> tuple[float, list[int]] | None:
     return best
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     seed=st.integers(0, 10**6),
     k=st.integers(1, 4),
@@ -227,7 +228,7 @@ def test_a_free_order_with_idle_gpus_beyond_the_dp_is_planned_by_cpsat(tmp_path)
     assert sum(a != b for a, b in itertools.pairwise(hosts)) <= 1  # each host's stages in one run
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     seed=st.integers(0, 10**6),
     k=st.integers(3, 5),
@@ -247,7 +248,7 @@ def test_cpsat_keeps_host_runs_in_a_free_order(seed, k, objective, data):
         assert feasible(p, evaluate(p, dp.gpus, dp.cuts))
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     seed=st.integers(0, 10**6),
     k=st.integers(2, 4),
@@ -282,7 +283,7 @@ def cpsat_descents_only(arcs) -> Solution:
     return solve_cpsat(arcs, Limits(workers=1), policy=Policy(max_ties=0))
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(80), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     seed=st.integers(0, 10**6),
     k=st.integers(2, 4),

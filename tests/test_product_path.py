@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from test_agreement import problems
+from tiers import examples
 
 from solver.arcs import build_arcs
 from solver.engines import build_table
@@ -45,7 +46,7 @@ def test_tie_rigs_are_proven_by_the_dp_without_a_solve(rig, cuts, gpus):
     assert (r.plan.cuts, r.plan.gpus) == (cuts, gpus)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(problems())
 def test_product_path_matches_exhaustive_enumeration(p):
     arcs = build_arcs(p, build_table(p))

@@ -12,6 +12,7 @@ from enginefactory import random_engine_problem
 from factory import random_problem
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tiers import examples
 
 from solver import planner
 from solver.arcs import build_arcs, subset
@@ -87,7 +88,7 @@ def weight(arcs):
     return -arcs.mass if arcs.objective == "mass" else arcs.time
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(free_orders(), st.booleans())
 def test_every_plan_is_within_the_bound_and_each_arcs_through_value(p, targeted):
     arcs = build_arcs(p, build_table(p))
@@ -105,7 +106,7 @@ def test_every_plan_is_within_the_bound_and_each_arcs_through_value(p, targeted)
         assert (through[ids] <= value).all()
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(free_orders(), st.sampled_from(["exact_on", "cp-sat"]))
 def test_pruned_solve_returns_the_exhaustive_plan(p, inner_name):
     arcs = build_arcs(p, build_table(p))
@@ -158,7 +159,7 @@ def hosted_free_orders(draw: st.DrawFn):
     return hosted(p, hosts)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(hosted_free_orders())
 def test_host_split_gives_the_exact_best_plan_through_every_arc(p):
     arcs = build_arcs(p, build_table(p))
@@ -226,7 +227,7 @@ def one_host_free_orders(draw: st.DrawFn):
     return small_free_order(draw, ["throughput"])
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(one_host_free_orders(), st.booleans())
 def test_window_passes_give_the_least_top_and_the_exact_best_time_through_every_arc(p, known):
     """The capacity windows leave out no plan within the threshold: the min-max passes find the
@@ -254,7 +255,7 @@ def test_window_passes_give_the_least_top_and_the_exact_best_time_through_every_
     assert (through == want).all()
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(one_host_free_orders())
 def test_window_passes_stopped_by_the_deadline_keep_a_valid_lower_bound(p):
     arcs = build_arcs(p, build_table(p))

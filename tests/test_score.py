@@ -27,6 +27,7 @@ from engine_mapping import (
 from enginefactory import random_engine_problem
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tiers import examples
 
 from solver.cli import cli
 from solver.engines import engine_of, evaluate, export_lines
@@ -107,7 +108,7 @@ def _llama_problem(seed: int, extra: int = 0, **kw) -> Problem:
     return dataclasses.replace(p, host_bandwidth=20_000, nextn_layers=extra)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10**6), extra=st.integers(0, 2), data=st.data())
 def test_any_exported_placement_scores_as_evaluated(seed: int, extra: int, data: st.DataObject) -> None:
     """Any GPU order and cuts, filled by the engine's rule and exported, score as ``evaluate`` gives."""
@@ -126,7 +127,7 @@ def test_any_exported_placement_scores_as_evaluated(seed: int, extra: int, data:
     assert [x.offload for x in s.placement.stages] == [x.offload for x in plan.stages]
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10**6), data=st.data())
 def test_placements_over_two_hosts_score_as_evaluated(seed: int, data: st.DataObject) -> None:
     """Two machines (rpc-server for the second): each host's stages one run, the remote GPUs in rig
@@ -293,7 +294,7 @@ def reference(p: Problem, spec: dict) -> tuple[float, dict[int, int]]:
     return window, need
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10**6), extra=st.integers(0, 1), data=st.data())
 def test_any_command_places_and_times_as_llama_cpp_would(seed: int, extra: int, data: st.DataObject) -> None:
     k = data.draw(st.integers(1, 4))

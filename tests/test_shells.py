@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 from shellparse import crt_argv, parse
 from test_export import model_tensor_names, offload_sets, plans
 from test_export_hosts import host_plans
+from tiers import examples
 
 from solver.engines import Shape, engine_named, export_lines
 from solver.export import Command, Comment, Flags, Launch, Line, SetEnv, Text
@@ -73,7 +74,7 @@ def refused_value(value: str, shell: str) -> bool:
     return shell == "powershell" and not value
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(word=WORDS, shell=st.sampled_from(SHELLS))
 def test_any_word_comes_back_unchanged_or_is_refused(word, shell):
     line = Command(("prog", word, "--flag", word))
@@ -84,7 +85,7 @@ def test_any_word_comes_back_unchanged_or_is_refused(word, shell):
     assert parse(render([line], shell), shell) == statements([line])
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     data=st.data(),
     shell=st.sampled_from(SHELLS),
@@ -131,7 +132,7 @@ def _llama_layers(lines: list[str], shell: str, n_blocks: int, k: int) -> tuple[
     return [devices[d] for d in slots], rules
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(data=st.data())
 def test_llama_commands_run_the_plan_in_every_shell(data):
     gpus, cuts, n_layers = data.draw(plans(max_layers=64, max_stages=15))
@@ -159,7 +160,7 @@ def test_llama_commands_run_the_plan_in_every_shell(data):
         assert argv[len(argv) - len(kv) - 2 * launch.fit_off :] == kv + ["-fit", "off"] * launch.fit_off
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(plan=plans(max_layers=96), model=st.sampled_from([None, "Qwen/Qwen3-30B-A3B-FP8", "D:\\ckpt\\q 30b"]))
 def test_vllm_and_sglang_commands_run_the_plan_in_every_shell(plan, model):
     gpus, cuts, n_layers = plan
@@ -188,7 +189,7 @@ def test_vllm_and_sglang_commands_run_the_plan_in_every_shell(plan, model):
             assert argv[-2:] == ["--max-model-len" if engine == "vllm" else "--context-length", "40960"]
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(plan=host_plans())
 def test_multi_host_exports_read_alike_in_every_shell(plan):
     """The per-host lines (rpc-server in the background, Ray nodes, SGLang nodes) mean the same in

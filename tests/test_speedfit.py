@@ -8,13 +8,14 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tiers import examples
 
 from solver.speedfit import CONSTANTS, Design, bounded_lstsq, fit, from_x, identify, leave_one_out, to_x
 
 X0 = np.array([to_x("host_bandwidth", 40e9), 1 / 0.8, 0.08, 0.05, 0.0])
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.integers(0, 2**32 - 1), st.integers(1, 3))
 def test_bounded_lstsq_is_the_box_optimum(seed: int, k: int) -> None:
     """Against a fine grid over the box: no point of it does better."""
