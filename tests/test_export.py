@@ -248,7 +248,7 @@ def test_vllm_and_sglang_partitions_give_every_rank_its_layers(plan):
         assert [cuda[device(rank, pp_size)] for rank in range(pp_size)] == list(gpus)
 
 
-def test_engine_defaults_are_the_even_splits_the_issue_describes():
+def test_engine_defaults_are_their_own_even_splits():
     """Without the variable, vLLM puts the remainder before the last stage and SGLang on the last ones."""
     assert [vllm_pp_indices({}, 47, r, 4) for r in range(4)] == [(0, 12), (12, 24), (24, 36), (36, 47)]
     assert [sglang_pp_indices({}, 47, r, 4) for r in range(4)] == [(0, 11), (11, 23), (23, 35), (35, 47)]
