@@ -198,9 +198,7 @@ def plan_cmd(
     if export:
         report["export"] = {"engine": export, "shell": shell, "lines": flags}
     if out:
-        with atomic_open(out, shown_path(out)) as f:
-            json.dump(report, f, indent=2)
-            f.write("\n")
+        write_json(out, report)
     if plot:
         from solver.plotting import plot_result
 
@@ -266,9 +264,7 @@ def _sweep(
     points = sweep(rig, overrides, contexts or [None], kv_types or [None], limits)
     report = [to_json(pt.result) for pt in points]
     if out:
-        with atomic_open(out, shown_path(out)) as f:
-            json.dump(report, f, indent=2)
-            f.write("\n")
+        write_json(out, report)
     if plot:
         from solver.plotting import plot_sweep
 
@@ -289,3 +285,10 @@ def _export_lines(engine: str, result: Result, shell: str, fit_off: bool) -> lis
         return plan_lines(result.problem, result.plan, shell, fit_off)
     except ValueError as exc:
         fail(f"--export {engine}: {exc}")
+
+
+def write_json(out: Path, report: object) -> None:
+    """Write ``report`` as indented JSON to ``out``, atomically (a failed write leaves no half file)."""
+    with atomic_open(out, shown_path(out)) as f:
+        json.dump(report, f, indent=2)
+        f.write("\n")
