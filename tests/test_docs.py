@@ -1,14 +1,16 @@
 """The README and docs stand alone in a clone: no link outside the repository, every link and anchor
-resolves, and the reference page names every key the files accept."""
+resolves, the reference page names every key the files accept, and the solver page every threshold."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
 import pytest
 
 from solver.config import CountsCurve, CoverCurve, GpuConfig, ModelConfig, PowerCurve, RigConfig
+from solver.solvers.policy import POLICY
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -49,3 +51,20 @@ def test_the_reference_names_every_key():
     for schema in (RigConfig, GpuConfig, ModelConfig, CoverCurve, PowerCurve, CountsCurve):
         for key in schema.model_fields:
             assert f"`{key}`" in text or f"{key}:" in text, (schema.__name__, key)
+
+
+def doc_number(text: str) -> float:
+    """A value as docs/solvers.md writes it: ``200,000``, ``2^23``, ``1e-4``, ``5.0``."""
+    text = text.replace(",", "").strip()
+    base, caret, power = text.partition("^")
+    return float(base) ** int(power) if caret else float(text)
+
+
+def test_the_solver_page_gives_every_threshold_its_value():
+    """docs/solvers.md's table names each ``Policy`` field with the value the route uses."""
+    rows = re.findall(r"^\| (`.+?) \| ([0-9].*?) \| .+ \|$", (ROOT / "docs" / "solvers.md").read_text(), re.M)
+    shown: dict[str, float] = {}
+    for names, values in rows:
+        for name, value in zip(re.findall(r"`(\w+)`", names), values.split(", "), strict=True):
+            shown[name] = doc_number(value)
+    assert shown == {f.name: float(getattr(POLICY, f.name)) for f in dataclasses.fields(POLICY)}
