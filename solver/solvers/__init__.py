@@ -49,13 +49,7 @@ class Work:
     """What a solve did, for the report and the benchmarks (None: not this solver's)."""
 
     solves: int = 0  # CP-SAT solves (0: a DP or enumeration answered)
-    arcs_left: int | None = None  # arcs in play at CP-SAT's last level
-    placements: int | None = None  # placements enumeration scored
-    orders: int | None = None  # GPU orders an engine's rule allowed, each solved
     pruned_arcs: int | None = None  # arcs the pruned path's last cut kept
-    pruned_arcs_by_mass: int | None = None  # arcs of plans holding the most mass, before that cut
-    rounds: int | None = None  # cut solves of the pruned path
-    lagrange_steps: int | None = None  # subgradient steps of its Lagrangian bound
     cut_by: str | None = None  # what cut the table: "lagrange", "host split" or "windows"
 
 

@@ -71,7 +71,7 @@ def solve_cpsat(
             chain.fixes.append(lambda m, x, a, v=cap: bound_time(m, a, v))
             prune(chain, lambda a: a.time, "min", cap + time_slack(arcs))
     done = done and _spare_level(chain) and _tie_breaks(chain)
-    wall_ms, work = (time.perf_counter() - t0) * 1e3, Work(solves=chain.solves, arcs_left=len(chain.arcs))
+    wall_ms, work = (time.perf_counter() - t0) * 1e3, Work(solves=chain.solves)
     if chain.chosen is None:
         return Solution("cp-sat", "infeasible" if chain.proven else "unknown", wall_ms=wall_ms, work=work)
     gpus, cuts = read(arcs, chain.chosen)

@@ -19,7 +19,7 @@ import time
 import numpy as np
 
 from solver.arcs import Arcs
-from solver.solvers import Limits, Solution, TooLarge, Work, stage_key
+from solver.solvers import Limits, Solution, TooLarge, stage_key
 from solver.solvers.policy import POLICY, Policy
 
 
@@ -95,5 +95,4 @@ def solve_exhaustive(arcs: Arcs, limits: Limits | None = None, policy: Policy = 
         cuts,
         bound,
         wall_ms=(time.perf_counter() - t0) * 1e3,
-        work=Work(placements=total),
     )

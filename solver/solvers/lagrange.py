@@ -35,11 +35,10 @@ from solver.solvers.policy import POLICY, Policy
 
 @dataclass(frozen=True)
 class Prices:
-    """A Lagrangian bound: integer prices ``lam`` (c,) in the weight's units, the bound, the steps."""
+    """A Lagrangian bound: integer prices ``lam`` (c,) in the weight's units, and the bound."""
 
     lam: np.ndarray
     bound: int
-    steps: int
 
 
 class Relaxation:
@@ -157,7 +156,7 @@ def prices(
     """
     r = Relaxation(arcs, weight, policy.lagrange_max_hosts)
     lam = np.zeros(r.n_cls)
-    best, best_lam, factor, stale, steps = -np.inf, lam, 2.0, 0, 0
+    best, best_lam, factor, stale = -np.inf, lam, 2.0, 0
     for steps in range(1, policy.lagrange_steps + 1):
         step = r._steps(lam)
         f, runs = r.forward(step)
@@ -183,7 +182,7 @@ def prices(
     if not r.exact(lam_int):
         return None
     f, _ = r.forward(r._steps(lam_int.astype(np.float64)))
-    return Prices(lam_int, int(f[r.full, -1]) + int(r.mult @ lam_int), steps)
+    return Prices(lam_int, int(f[r.full, -1]) + int(r.mult @ lam_int))
 
 
 def through(arcs: Arcs, weight: np.ndarray, p: Prices, policy: Policy = POLICY) -> np.ndarray:

@@ -54,5 +54,4 @@ def solve_in_orders(arcs: Arcs, orders: list[tuple[int, ...]], solve: Solver, na
             best = got
     if best is None:
         return Solution(name, "infeasible")
-    work = dataclasses.replace(best.work, orders=len(orders))
-    return dataclasses.replace(best, status="optimal", work=work)
+    return dataclasses.replace(best, status="optimal")

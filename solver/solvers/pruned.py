@@ -98,11 +98,7 @@ def solve_pruned(
         return _rounds(arcs, -arcs.mass, lambda v: v, limits, hint, inner, t0, policy, prices)
     most = lagrange.through(arcs, -arcs.mass, prices, policy) <= known  # the arcs of plans holding -known
     sub = subset(arcs, most)
-    got = _rounds(sub, arcs.time[most], arcs.time_cap, limits, hint, inner, t0, policy, held=-known)
-    if got is not None and got.status == "optimal":
-        work = dataclasses.replace(got.work, pruned_arcs_by_mass=int(most.sum()))
-        got = dataclasses.replace(got, work=work)
-    return got
+    return _rounds(sub, arcs.time[most], arcs.time_cap, limits, hint, inner, t0, policy, held=-known)
 
 
 def _least_top(
@@ -231,7 +227,7 @@ def _cut_solve(
     off: None, and the rounds answer."""
     keep = through <= cut
     got = inner(subset(arcs, keep), _clamped(limits, arcs, cut, best, proven), hint)
-    got = _tagged(got, t0, pruned_arcs=int(keep.sum()), rounds=1, cut_by=how)
+    got = _tagged(got, t0, pruned_arcs=int(keep.sum()), cut_by=how)
     if got.status == "optimal" and int(weight[_ids(arcs, got)].sum()) <= cut:
         return got
     if got.status in ("optimal", "infeasible"):
@@ -267,9 +263,7 @@ def _rounds(
         return None
     through = lagrange.through(arcs, weight, prices, policy)
     margin = max(10 * arcs.coarse, int(abs(prices.bound) * policy.first_margin))
-    rounds = 0
     while True:
-        rounds += 1
         cut = prices.bound + margin if known is None else min(prices.bound + margin, edge(known))
         keep = through <= cut
         got = inner(subset(arcs, keep), _clamped(limits, arcs, cut, prices.bound, proven), hint)
@@ -280,11 +274,10 @@ def _rounds(
                 tighter = lagrange.prices(arcs, weight, value, limits.deadline(t0), policy)
                 if tighter is not None and tighter.bound > prices.bound:
                     prices, through = tighter, lagrange.through(arcs, weight, tighter, policy)
-                cut, hint, rounds = edge(value), got, rounds + 1
+                cut, hint = edge(value), got
                 keep = through <= cut
                 got = inner(subset(arcs, keep), _clamped(limits, arcs, cut, prices.bound, proven), hint)
-        work = {"pruned_arcs": int(keep.sum()), "rounds": rounds, "lagrange_steps": prices.steps}
-        got = _tagged(got, t0, **work, cut_by="lagrange")
+        got = _tagged(got, t0, pruned_arcs=int(keep.sum()), cut_by="lagrange")
         if (got.status == "infeasible" or lost) and not keep.all():
             margin *= widen  # nothing good enough within the cut: widen it
             continue
