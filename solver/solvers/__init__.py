@@ -129,14 +129,6 @@ def check_host(arcs: Arcs, gpus: list[int] | tuple[int, ...], cuts: list[int] | 
         )
 
 
-def plan_score(arcs: Arcs, gpus: tuple[int, ...], cuts: tuple[int, ...]) -> tuple[int, int, int] | None:
-    """(mass, time, bottleneck) of a plan in table units, or None if a stage is not an arc."""
-    ids = plan_arcs(arcs, gpus, cuts)
-    if (ids < 0).any():
-        return None
-    return int(arcs.mass[ids].sum()), int(arcs.time[ids].sum()), int(arcs.bottleneck[ids].max())
-
-
 def relaxed_bound(arcs: Arcs) -> float | None:
     """A proven bound on the objective from a path pass over k stages, cheap at any size.
 
