@@ -45,9 +45,9 @@ def _yaml12_float(value: object) -> object:
 
 
 def _known_engine(name: str, info: ValidationInfo) -> str:
-    """The rig's ``engine``, one of the ``engines`` the validation context names (if any)."""
-    engines = (info.context or {}).get("engines")
-    if engines is not None and name not in engines:
+    """The rig's ``engine``, one of the ``engines`` the validation context names."""
+    engines = (info.context or {})["engines"]
+    if name not in engines:
         raise ValueError(f"unknown engine {brief(name)}; choose one of {', '.join(engines)}")
     return name
 
@@ -295,17 +295,16 @@ def relative_to(doc_file: Path, ref: str) -> Path:
     return p if p.is_absolute() else doc_file.parent / p
 
 
-def load_rig(path: Path, engines: Collection[str] | None = None) -> tuple[RigConfig, YamlDoc]:
+def load_rig(path: Path, engines: Collection[str]) -> tuple[RigConfig, YamlDoc]:
     """Read and validate a rig file (``check_rig``)."""
     doc = load_yaml(path, shown_path(path))
     return check_rig(doc, engines), doc
 
 
-def check_rig(doc: YamlDoc, engines: Collection[str] | None = None) -> RigConfig:
+def check_rig(doc: YamlDoc, engines: Collection[str]) -> RigConfig:
     """A parsed rig document validated, with the cross-field rules pydantic cannot say. ``engines``:
-    the names its ``engine`` key may take (solver.engines.REGISTRY, which sits above this module);
-    None takes any, for a caller that checks the engine itself or does not use it."""
-    rig = validate(doc, RigConfig, None if engines is None else {"engines": list(engines)})
+    the names its ``engine`` key may take (solver.engines.REGISTRY, which sits above this module)."""
+    rig = validate(doc, RigConfig, {"engines": list(engines)})
     for i, gpu in enumerate(rig.gpus):
         has_est = gpu.sms is not None or gpu.clock_ghz is not None
         if gpu.layer_ms is not None and has_est:

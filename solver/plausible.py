@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from solver.config import ModelConfig, RigConfig, load_model, load_rig
+from solver.engines import REGISTRY
 from solver.problem import Problem
 from solver.profilestats import layer_ranges
 from solver.units import UNITS, format_rate, format_size, parse_rate
@@ -224,6 +225,6 @@ def find_doubts(
 
 def doubts(problem: Problem) -> list[Doubt]:
     """The doubts of the files ``problem`` was read from (re-read: a few ms of YAML for two small files)."""
-    rig, rig_doc = load_rig(Path(problem.files["rig"]))
+    rig, rig_doc = load_rig(Path(problem.files["rig"]), REGISTRY)
     model, model_doc = load_model(Path(problem.files["model"]))
     return find_doubts(problem, rig, rig_doc, model, model_doc)

@@ -16,6 +16,7 @@ import yaml
 
 from solver.atomicfile import write_atomic
 from solver.config import RigConfig, check_rig
+from solver.engines import REGISTRY
 from solver.errors import InputError
 from solver.yamlfile import parse_yaml
 
@@ -38,7 +39,7 @@ def write_rig(text: str, edits: list[Edit], out: Path, shown: str) -> RigConfig:
     """
     new = edit_text(text, edits, shown)
     try:
-        rig = check_rig(parse_yaml(new, shown))
+        rig = check_rig(parse_yaml(new, shown), REGISTRY)
     except InputError as exc:
         raise InputError(shown, f"not written: the edited rig would not load ({exc})") from None
     write_atomic(out, shown, new)

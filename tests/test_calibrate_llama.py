@@ -17,7 +17,7 @@ from click.testing import CliRunner, Result
 from solver.calibrate_llama import at, constants_of, load, score_run, weights_of
 from solver.cli import cli
 from solver.config import load_rig
-from solver.engines import engine_named
+from solver.engines import REGISTRY, engine_named
 from solver.engines.bandwidth import with_constants
 from solver.llamabench import Expect, read_bench, weight_bytes
 from solver.resolve import load_problem
@@ -295,7 +295,7 @@ def test_write_keeps_the_rig_and_names_the_source(tmp_path: Path) -> None:
     assert "# was: host_bandwidth: 38.4 GB/s          # half of two channels of DDR5-4800" in text
     assert "gpu_efficiency: 0.700" in text and "switch_ms: 0.11 " in text
     assert "layer_overhead_ms" not in text  # not identified: not written
-    rig_cfg, _ = load_rig(rig)
+    rig_cfg, _ = load_rig(rig, REGISTRY)
     assert (rig_cfg.host_bandwidth, rig_cfg.gpu_efficiency, rig_cfg.switch_ms) == (61 * 10**9, 0.7, 0.11)
     # every line of the old file is still there, as it was or as a "# was:" comment
     for line in before.splitlines():
@@ -321,7 +321,7 @@ def test_write_elsewhere_keeps_the_model_reachable(tmp_path: Path) -> None:
     result = cli_run(rig, "--llama-bench", runs, "--write", out)
     assert result.exit_code == 0, result.output
     assert 'model: "../a/model.yaml"' in out.read_text()
-    assert load_problem(out).host_bandwidth == load_rig(out)[0].host_bandwidth
+    assert load_problem(out).host_bandwidth == load_rig(out, REGISTRY)[0].host_bandwidth
     assert rig.read_text() == RIG.format(model="model.yaml", gpus=GPU_5080)  # the source rig untouched
 
 
@@ -405,7 +405,7 @@ def test_llama_server_log_gives_runs_and_buffers(tmp_path: Path) -> None:
     )
     result = cli_run(rig, "--llama-log", log, "--args", flags, "--write", rig)
     assert result.exit_code == 0, result.output
-    cfg, _ = load_rig(rig)
+    cfg, _ = load_rig(rig, REGISTRY)
     assert cfg.gpus[0].buffer == int(300.75 * 2**20)
     assert cfg.host_bandwidth == pytest.approx(TRUTH["host_bandwidth"], rel=2e-3)
     assert "buffer: 300.75 MiB   # compute buffer" in rig.read_text()
@@ -527,7 +527,7 @@ def test_a_rig_without_host_bandwidth_starts_from_a_default(tmp_path: Path) -> N
     runs = write_json(tmp_path, true_rates(rig, [bench_row(ncmoe=20)], host))
     out = json.loads(cli_run(rig, "--llama-bench", runs, "--write", rig, "--json").stdout)
     assert out["constants"]["host_bandwidth"]["before"] is None
-    assert load_rig(rig)[0].host_bandwidth == pytest.approx(TRUTH["host_bandwidth"], rel=2e-3)
+    assert load_rig(rig, REGISTRY)[0].host_bandwidth == pytest.approx(TRUTH["host_bandwidth"], rel=2e-3)
     gpu_only = write_json(tmp_path, true_rates(rig, [bench_row(ncmoe=0)], TRUTH), "gpu.json")
     rig.write_text(RIG.format(model=MODEL, gpus=GPU_5080).replace("host_bandwidth: 38.4 GB/s", ""))
     result = cli_run(rig, "--llama-bench", gpu_only)

@@ -10,6 +10,7 @@ from test_probe import box, fake_nvml
 
 from solver.cli import cli
 from solver.config import load_rig
+from solver.engines import REGISTRY
 from solver.probe import probe, rig_yaml
 
 
@@ -30,7 +31,7 @@ def test_probe_host_and_gpus_only_concatenate_into_one_rig(write):
         gpus[:2], visible=None, model_ref=None, context=0, reserve_mib=700, host="b", gpus_only=True
     )
     assert not more.lstrip().startswith("gpus") and "model" not in more
-    rig, _ = load_rig(write("rig.yaml", first + more))
+    rig, _ = load_rig(write("rig.yaml", first + more), REGISTRY)
     assert [g.host for g in rig.gpus] == ["a", "a", "a", "b", "b"]
     names = ["RTX 3060 12GB", "RTX 3090", "RTX 5080", "RTX 3060 12GB", "RTX 3090"]
     assert [g.name for g in rig.gpus] == names
@@ -42,7 +43,7 @@ def test_rig_new_takes_host_card_names(tmp_path):
         cli, ["rig", "new", "a:RTX 4090", "a:RTX 3090", "b: RTX 3060 12GB", "-o", str(out)]
     )
     assert res.exit_code == 0, res.output
-    rig, _ = load_rig(out)
+    rig, _ = load_rig(out, REGISTRY)
     assert [(g.host, g.name) for g in rig.gpus] == [
         ("a", "RTX 4090"),
         ("a", "RTX 3090"),
@@ -86,7 +87,7 @@ def test_hosts_differing_only_in_case_are_an_error(tmp_path):
 def test_every_gpu_naming_a_host_or_none_still_loads(tmp_path):
     for hosts in (["local", "local"], ["a", "b"], [None, None]):
         gpus = [{"free": 9000, "layer_ms": 1.0, **({} if h is None else {"host": h})} for h in hosts]
-        rig, _ = load_rig(tiny_rig(tmp_path, gpus=gpus))
+        rig, _ = load_rig(tiny_rig(tmp_path, gpus=gpus), REGISTRY)
         assert [g.host for g in rig.gpus] == [h or "local" for h in hosts]
 
 
@@ -95,7 +96,7 @@ def test_a_merged_host_counts_as_named(write):
         "rig.yaml",
         "model: m.yaml\ngpus:\n  - &card {free: 9000, layer_ms: 1.0, host: a}\n  - <<: *card\n",
     )
-    assert [g.host for g in load_rig(rig)[0].gpus] == ["a", "a"]
+    assert [g.host for g in load_rig(rig, REGISTRY)[0].gpus] == ["a", "a"]
 
 
 def test_rig_new_refuses_cards_that_break_the_host_rules(tmp_path):
@@ -119,5 +120,5 @@ def test_probe_refuses_an_empty_host(monkeypatch):
 
 def test_shipped_multi_host_rigs_load(root):
     for path in sorted((root / "rigs").glob("*.yaml")):
-        rig, _ = load_rig(path)
+        rig, _ = load_rig(path, REGISTRY)
         assert rig.gpus

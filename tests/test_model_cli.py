@@ -15,6 +15,7 @@ from ggufbuild import qwen3_235b_like, write_sparse_gguf
 from solver.cards import card
 from solver.cli import cli
 from solver.config import load_model, load_rig
+from solver.engines import REGISTRY
 
 ROOT = Path(__file__).resolve().parent.parent
 HF = ROOT / "tests" / "fixtures" / "hf"
@@ -74,7 +75,7 @@ def test_output_names_the_profile_relative_to_itself_and_plans(tmp_path):
     assert made.exit_code == 0, made.output
     text = rig.read_text()
     assert 'model: "../models/q.yaml"' in text and "solve rig new 'RTX 3060 12GB' 'rtx 5060 ti 16gb'" in text
-    config, _ = load_rig(rig)
+    config, _ = load_rig(rig, REGISTRY)
     assert [g.name for g in config.gpus] == ["RTX 3060 12GB", "RTX 5060 Ti 16GB"] and config.name == "two"
     assert config.gpus[1].free == card("RTX 5060 Ti 16GB").free_mib * 2**20 and config.gpus[1].sms == 36
     assert config.context == 8192

@@ -14,6 +14,7 @@ from solver import probe as probe_mod
 from solver.cards import find_card
 from solver.cli import cli
 from solver.config import load_rig
+from solver.engines import REGISTRY
 from solver.errors import InputError
 from solver.nvmlgpus import visible_order
 from solver.probe import ProbeError, probe, rig_yaml
@@ -149,7 +150,7 @@ def rig_text(nv, visible: str | None = None, model_ref: str | None = "m.yaml") -
 def test_rig_loads_with_sizes_in_mib_and_the_layer_ms_estimate(write):
     nv = fake_nvml(box())
     text = rig_text(nv)
-    rig, _ = load_rig(write("rig.yaml", text))
+    rig, _ = load_rig(write("rig.yaml", text), REGISTRY)
     # NVML's "RTX 3060" is the 8 GB or the 12 GB card; its 12 GiB total says which
     assert [g.name for g in rig.gpus] == ["RTX 3060 12GB", "RTX 3090", "RTX 5080"]
     assert "NVML name 'NVIDIA GeForce RTX 3060', 12288 MiB total: the card table's 'RTX 3060 12GB'" in text
@@ -175,19 +176,19 @@ def test_rig_loads_with_sizes_in_mib_and_the_layer_ms_estimate(write):
 
 def test_memory_falls_back_to_v1_when_v2_is_unsupported(write):
     text = rig_text(fake_nvml(box(), v2=False))
-    rig, _ = load_rig(write("rig.yaml", text))
+    rig, _ = load_rig(write("rig.yaml", text), REGISTRY)
     assert rig.gpus[0].free == 11000 * MIB
     assert "NVML memory info v1" in text
 
 
 def test_memory_v1_with_an_old_pynvml_that_has_no_v2(write):
     nv = fake_nvml(box(), missing=["nvmlMemory_v2"])
-    assert load_rig(write("rig.yaml", rig_text(nv)))[0].gpus[0].free == 11000 * MIB
+    assert load_rig(write("rig.yaml", rig_text(nv)), REGISTRY)[0].gpus[0].free == 11000 * MIB
     # an nvidia-ml-py whose nvmlDeviceGetMemoryInfo takes no version argument at all
     nv = fake_nvml(box())
     v1 = nv.nvmlDeviceGetMemoryInfo
     nv.nvmlDeviceGetMemoryInfo = lambda h: v1(h)
-    assert load_rig(write("rig2.yaml", rig_text(nv)))[0].gpus[0].free == 11000 * MIB
+    assert load_rig(write("rig2.yaml", rig_text(nv)), REGISTRY)[0].gpus[0].free == 11000 * MIB
 
 
 def test_missing_functions_degrade_fields_not_the_run(write):
@@ -201,7 +202,7 @@ def test_missing_functions_degrade_fields_not_the_run(write):
     assert "# sms: ?  EDIT:" in text and "clock_ghz: 2.100" in text
     # the file says exactly what is missing, at that card, instead of guessing a speed
     with pytest.raises(InputError) as err:
-        load_rig(write("rig.yaml", text))
+        load_rig(write("rig.yaml", text), REGISTRY)
     assert err.value.key == "gpus[1].sms"
     assert probe_mod.problems(gpus) == [f"gpus[1] (Mystery 9000): SM count unknown: {gpus[1].notes['sms']}"]
 
@@ -220,7 +221,7 @@ def test_per_device_errors_are_noted_on_that_device(write):
     assert "# clock_ghz: ?  EDIT" in text and "# free: ?  EDIT" in text
     assert "CUDA_VISIBLE_DEVICES=" not in text  # cannot pin the order without every UUID
     with pytest.raises(InputError) as err:
-        load_rig(write("rig.yaml", text))
+        load_rig(write("rig.yaml", text), REGISTRY)
     assert err.value.key == "gpus[2].free"  # pydantic reports the missing key before the cross checks
 
 
@@ -356,7 +357,7 @@ def test_stdout_holds_only_the_yaml(monkeypatch, tmp_path):
     assert result.exit_code == 0
     path = tmp_path / "rig.yaml"
     path.write_text(result.stdout)
-    rig, _ = load_rig(path)
+    rig, _ = load_rig(path, REGISTRY)
     assert rig.context == 8192 and rig.gpus[0].reserve == 1024 * MIB and rig.model is None
     assert "EDIT model:" in result.stderr and "probed 3 GPU(s) in NVML order" in result.stderr
 

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from solver.cards import card
 from solver.cli import cli
 from solver.config import load_rig
+from solver.engines import REGISTRY
 from solver.importers.hostmem import HOST_EFFICIENCY, parse_host_bandwidth
 from solver.units import parse_rate, parse_size
 
@@ -183,7 +184,7 @@ def test_the_header_command_writes_the_same_rig(tmp_path, monkeypatch):
 def test_the_strata_rig_loads_with_the_tables_figures(tmp_path):
     out = tmp_path / "rig.yaml"
     assert run("RTX 4090", "Tesla P40", "-o", out).exit_code == 0
-    rig, _ = load_rig(out)
+    rig, _ = load_rig(out, REGISTRY)
     assert [(g.name, g.sms, g.clock_ghz) for g in rig.gpus] == [
         ("RTX 4090", 128, 2.52),
         ("Tesla P40", 30, 1.531),
@@ -195,7 +196,7 @@ def test_a_llama_cpp_rig_loads(tmp_path):
     out = tmp_path / "rig.yaml"
     args = ["RTX 3090", "Radeon RX 7900 XTX", "--engine", "llama.cpp", "--host-bandwidth", "DDR5-6000x2"]
     assert run(*args, "-o", out).exit_code == 0
-    rig, _ = load_rig(out)
+    rig, _ = load_rig(out, REGISTRY)
     assert rig.engine == "llama.cpp" and rig.host_bandwidth == 48 * GB
     assert [g.name for g in rig.gpus] == ["RTX 3090", "Radeon RX 7900 XTX"]
 
@@ -225,5 +226,5 @@ def test_the_docs_quote_the_host_efficiency_in_force():
 def test_a_strata_rig_takes_host_memory(tmp_path):
     out = tmp_path / "rig.yaml"
     assert run("RTX 3090", "--host-memory", "96 GiB", "--context", "4096", "-o", out).exit_code == 0
-    rig, _ = load_rig(out)
+    rig, _ = load_rig(out, REGISTRY)
     assert rig.host_memory == 96 * 2**30 and rig.context == 4096 and rig.engine == "strata"

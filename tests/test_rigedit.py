@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from solver.config import check_rig
+from solver.engines import REGISTRY
 from solver.errors import InputError
 from solver.rigedit import Edit, edit_text, write_rig
 from solver.yamlfile import parse_yaml
@@ -23,7 +24,7 @@ gpus:
 
 
 def loads(text: str) -> dict:
-    check_rig(parse_yaml(text, "t.yaml"))
+    check_rig(parse_yaml(text, "t.yaml"), REGISTRY)
     return yaml.safe_load(text)
 
 
