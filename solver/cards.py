@@ -25,6 +25,7 @@ ROCm runtime take different amounts: edit ``free``.
 from __future__ import annotations
 
 import difflib
+import functools
 import re
 from dataclasses import dataclass
 from importlib import resources
@@ -75,16 +76,19 @@ def _card(row: dict[str, Any]) -> Card:
     return Card(vram_mib=vram_mib, bandwidth=bandwidth, aka=tuple(row.pop("aka", ())), **row)
 
 
-def _load() -> list[Card]:
-    """The rows of ``cards.yaml``, in the file's order."""
+@functools.cache
+def table() -> tuple[Card, ...]:
+    """The rows of ``cards.yaml``, in the file's order; read on first use (a rig that gives every
+    ``mem_bandwidth`` never reads it)."""
     text = resources.files("solver").joinpath("cards.yaml").read_text(encoding="utf-8")
-    return [_card(row) for row in yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))]
+    return tuple(_card(row) for row in yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)))
 
 
-_TABLE: list[Card] = _load()
+@functools.cache
+def cards() -> dict[str, Card]:
+    """The cards by their table name."""
+    return {card.name: card for card in table()}
 
-#: The cards by their table name.
-CARDS: dict[str, Card] = {card.name: card for card in _TABLE}
 
 #: Vendor words a name may start with, in any order: "NVIDIA GeForce", "AMD Radeon Instinct", "Tesla".
 _PREFIXES = ("nvidia", "geforce", "tesla", "amd", "radeon", "instinct")
@@ -99,15 +103,14 @@ def _key(name: str) -> str:
     return key
 
 
-def _index() -> dict[str, list[Card]]:
+@functools.cache
+def _by_key() -> dict[str, list[Card]]:
+    """The cards each matching key (``_key``) of their names names."""
     by_key: dict[str, list[Card]] = {}
-    for card in _TABLE:
+    for card in table():
         for key in dict.fromkeys(_key(n) for n in (card.name, *card.aka)):
             by_key.setdefault(key, []).append(card)
     return by_key
-
-
-_BY_KEY = _index()
 
 
 class CardError(ValueError):
@@ -133,7 +136,7 @@ def find_card(name: str, total_mib: int | None = None) -> Card | None:
     A name several cards share raises AmbiguousCard, unless ``total_mib`` (the total memory NVML reports)
     is nearest to the memory of exactly one of them (within 10%).
     """
-    found = _BY_KEY.get(_key(name))
+    found = _by_key().get(_key(name))
     if not found:
         return None
     if len(found) == 1:
@@ -152,7 +155,7 @@ def card(name: str) -> Card:
     found = find_card(name)
     if found is not None:
         return found
-    close = difflib.get_close_matches(_key(name), list(_BY_KEY), n=4, cutoff=0.5)
-    names = list(dict.fromkeys(c.name for k in close for c in _BY_KEY[k]))[:4]
+    close = difflib.get_close_matches(_key(name), list(_by_key()), n=4, cutoff=0.5)
+    names = list(dict.fromkeys(c.name for k in close for c in _by_key()[k]))[:4]
     hint = f" (closest: {', '.join(names)})" if names else " (`solve rig new --list` shows the table)"
     raise UnknownCard(f"unknown card {name.strip()!r}{hint}; {BY_HAND}")

@@ -128,10 +128,10 @@ def rig_new_cmd(
 
 def _list_cards() -> None:
     """The card table, one card a line, in 80 columns."""
-    from solver.cards import CARDS
+    from solver.cards import cards
 
     click.echo(f"{'card':<36} {'memory':>9} {'bandwidth':>11} {'SMs':>4} {'boost':>9}")
-    for card in CARDS.values():
+    for card in cards().values():
         sms = "-" if card.sms is None else str(card.sms)
         ghz = "-" if card.boost_ghz is None else f"{card.boost_ghz:.3f} GHz"
         bandwidth = f"{card.bandwidth / 1e9:g} GB/s"
