@@ -23,12 +23,12 @@ from pathlib import Path
 
 import numpy as np
 
-from solver.calibrate_llama import at, load, weights_of
-from solver.calibrate_llama_report import run
+from solver.calibrate.llamabench import Expect, read_bench, weight_bytes
+from solver.calibrate.llamafit import at, load, weights_of
+from solver.calibrate.llamafit_report import run
+from solver.calibrate.speedfit import to_x
 from solver.engines import engine_named
 from solver.engines.bandwidth import with_constants
-from solver.llamabench import Expect, read_bench, weight_bytes
-from solver.speedfit import to_x
 
 ROOT = Path(__file__).resolve().parent.parent
 RIG = ROOT / "docs" / "examples" / "rtx5080.yaml"
@@ -107,7 +107,7 @@ def main() -> None:
             inside.append(time.perf_counter() - started)
         solve = [sys.executable, "-m", "solver.cli", "calibrate"]
         whole = [fresh([*solve, str(a.rig), "--llama-bench", str(path), "--json"]) for _ in range(a.repeat)]
-        imports = "import solver.cli, solver.calibrate_llama_report"
+        imports = "import solver.cli, solver.calibrate.llamafit_report"
         start = [fresh([sys.executable, "-c", imports]) for _ in range(a.repeat)]
     print(f"{a.rig}: {a.rows} rows, medians of {a.repeat}:")
     print(f"  in-process, after imports: {statistics.median(inside):.3f} s")

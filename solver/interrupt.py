@@ -6,7 +6,7 @@ sits in CP-SAT's C++ ``solve`` nothing can stop it (and CP-SAT's own SIGINT catc
 one solve, as if its time ran out, and then leaves SIGINT to the default action). ``solve`` therefore
 runs each search on a helper thread: the main thread waits where a signal reaches it, asks the search
 to stop, waits for it to end and lets the interrupt go on. Files being written are removed on the way
-(``solver.atomicfile``).
+(``solver.files.atomicfile``).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ import yaml
 from click.testing import CliRunner, Result
 
 from solver.cli import cli
-from solver.config import shown_path
+from solver.files.config import shown_path
 
 #: A single run of a tiny rig takes milliseconds; this only catches a hang.
 HANG_SECONDS = 30

@@ -8,7 +8,7 @@ import numpy as np
 from factory import random_problem
 
 from solver.engines.bandwidth import Speed
-from solver.problem import Problem
+from solver.problem.problem import Problem
 
 TENSORS = ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from solver.curves import cover_mass
-from solver.problem import Problem
+from solver.problem.problem import Problem
+from solver.profiles.curves import cover_mass
 
 
 def random_problem(

@@ -2,7 +2,7 @@
 
 Each machine becomes a llama.cpp rig of its GPUs from the card table (``solve rig new``), with
 ``host_bandwidth`` half its nominal RAM rate (START_HOST_BANDWIDTH where the page gives none) and the
-default GPU constants: that is "before". Then the constants are fitted (solver.speedfit, exactly as
+default GPU constants: that is "before". Then the constants are fitted (solver.calibrate.speedfit, exactly as
 ``solve calibrate`` fits them) to the machine's first run, or its first two when it has four or
 more, and every run is predicted again: "after"; the runs not fitted are held out. Each run keeps
 its own model file and depth.
@@ -24,15 +24,15 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from solver.calibrate_llama import START_HOST_BANDWIDTH, at, design_of, score_run, weights_of
+from solver.calibrate.llamafit import START_HOST_BANDWIDTH, at, design_of, score_run, weights_of
+from solver.calibrate.measured import Run
+from solver.calibrate.speedfit import fit
 from solver.engines import engine_named
 from solver.engines.bandwidth import with_constants
 from solver.importers.hostmem import HostRate
 from solver.importers.rigfile import place, rig_yaml
-from solver.measured import Run
-from solver.problem import Problem
-from solver.resolve import Overrides, load_problem
-from solver.speedfit import fit
+from solver.planning.resolve import Overrides, load_problem
+from solver.problem.problem import Problem
 from solver.units import parse_rate
 
 FOLDER = Path(__file__).resolve().parent / "fixtures" / "measured"

@@ -12,12 +12,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tiers import examples
 
-from solver.arcs import build_arcs, gpu_classes
 from solver.engines import build_table
-from solver.planner import solve_plan
-from solver.resolve import load_problem
-from solver.scales import SPARE_UNLIMITED
+from solver.planning.build import build_arcs
+from solver.planning.planner import solve_plan
+from solver.planning.resolve import load_problem
+from solver.problem.scales import SPARE_UNLIMITED
 from solver.solvers import Limits, TooLarge, plan_arcs
+from solver.solvers.arcs import gpu_classes
 from solver.solvers.cpsat import solve_cpsat
 from solver.solvers.exhaustive import solve_exhaustive
 from solver.solvers.policy import Policy
@@ -125,7 +126,7 @@ def test_cpsat_matches_dp_on_larger_rigs(seed):
 @pytest.mark.parametrize("rig", sorted((ROOT / "rigs").glob("*.yaml")), ids=lambda p: p.stem)
 @pytest.mark.parametrize("objective", ["time", "mass", "throughput"])
 def test_shipped_rigs_agree(rig, objective):
-    from solver.resolve import Overrides
+    from solver.planning.resolve import Overrides
 
     p = load_problem(rig, Overrides(objective=objective))
     arcs = build_arcs(p, build_table(p))

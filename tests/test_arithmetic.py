@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 from factory import random_problem
 
-from solver.config import ModelConfig
-from solver.curves import counts_mass, cover_mass, power_mass
-from solver.problem import Problem, estimate_layer_ms, layer_bytes_of
-from solver.rangewalk import walk_range, walk_table
+from solver.files.config import ModelConfig
+from solver.problem.problem import Problem, estimate_layer_ms, layer_bytes_of
+from solver.problem.rangewalk import walk_range, walk_table
+from solver.profiles.curves import counts_mass, cover_mass, power_mass
 
 
 def tiny(**kw) -> Problem:

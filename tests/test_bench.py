@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from solver.bench.measure import measure
-from solver.bench.synthetic import sweep_problem
+from solver.bench.sweeprigs import sweep_problem
 from solver.bench.timing import Settings, repeat_timed
 from solver.cli import cli
 
@@ -204,7 +204,7 @@ def test_sweep_over_hosts_in_a_free_order(write):
 def test_sweep_cards_come_from_the_kinds_of_each_host():
     import numpy as np
 
-    from solver.bench.synthetic import CARDS, SweepShape
+    from solver.bench.sweeprigs import CARDS, SweepShape
 
     assert len({(c[1], c[2] * c[3]) for c in CARDS}) == len(CARDS) == 16  # every card its own kind
     p = sweep_problem(

@@ -10,13 +10,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from solver.arcs import build_arcs
-from solver.config import load_model
 from solver.engines import build_table, evaluate
-from solver.profile import read_profile
-from solver.resolve import Overrides, load_problem
+from solver.files.config import load_model
+from solver.planning.build import build_arcs
+from solver.planning.resolve import Overrides, load_problem
+from solver.profiles.format import read_profile
+from solver.profiles.synth import SynthParams, synth_profile
 from solver.solvers.route import exact_dp
-from solver.synth import SynthParams, synth_profile
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "models"

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from solver.calibrate import fit_cover, parse_point, points_from_log, write_curve
+from solver.calibrate.cover import fit_cover, parse_point, points_from_log, write_curve
 from solver.cli import cli
-from solver.config import CoverCurve, load_model
 from solver.errors import InputError
+from solver.files.config import CoverCurve, load_model
 
 REFERENCE = ["5805/24576=69.2", "14384/24576=89.8", "14541/24576=92.2", "0.8138=99.4"]
 

@@ -14,14 +14,14 @@ import pytest
 import yaml
 from click.testing import CliRunner, Result
 
-from solver.calibrate_llama import at, constants_of, load, score_run, weights_of
+from solver.calibrate.llamabench import Expect, read_bench, weight_bytes
+from solver.calibrate.llamafit import at, constants_of, load, score_run, weights_of
+from solver.calibrate.speedfit import CONSTANTS, to_x
 from solver.cli import cli
-from solver.config import load_rig
 from solver.engines import REGISTRY, engine_named
 from solver.engines.bandwidth import with_constants
-from solver.llamabench import Expect, read_bench, weight_bytes
-from solver.resolve import load_problem
-from solver.speedfit import CONSTANTS, to_x
+from solver.files.config import load_rig
+from solver.planning.resolve import load_problem
 
 MEASURED = Path(__file__).resolve().parent / "fixtures" / "measured"
 MODEL = MEASURED / "models" / "qwen3.6-35b-a3b-q4_k_m.yaml"
@@ -114,7 +114,7 @@ def bench_row(
 
 
 def load_model_config():
-    from solver.config import load_model
+    from solver.files.config import load_model
 
     return load_model(MODEL)[0]
 
@@ -460,8 +460,8 @@ def test_help_explains_both_calibrations() -> None:
 
 
 def test_suggest_asks_for_runs_that_identify_what_it_says(tmp_path: Path) -> None:
+    from solver.calibrate.suggest import suggest
     from solver.engines.llamacpp.args import parse_llama_args
-    from solver.suggest import suggest
 
     rig = make_rig(tmp_path)
     result = cli_run(rig, "--suggest")

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from solver.cards import (
+from solver.files.cards import (
     DRIVER_MIB,
     AmbiguousCard,
     UnknownCard,

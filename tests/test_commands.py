@@ -14,10 +14,10 @@ from ggufbuild import qwen3_235b_like, write_sparse_gguf
 from rigfiles import tiny_rig
 
 from solver.cli import cli
-from solver.config import load_model
+from solver.files.config import load_model
+from solver.files.kvcache import scale_kv
 from solver.importers.hf import checkpoint_of
-from solver.kvcache import scale_kv
-from solver.resolve import Overrides, load_problem
+from solver.planning.resolve import Overrides, load_problem
 
 ROOT = Path(__file__).resolve().parent.parent
 HF = ROOT / "tests" / "fixtures" / "hf"
@@ -153,8 +153,8 @@ def test_from_hf_knows_what_vllm_serves(tmp_path):
 
 def test_kv_types_agree_with_ggml():
     """The planner's bytes per cached value are ggml's block sizes, as the importers write them."""
+    from solver.files.kvcache import KV_TYPES
     from solver.importers.ggmltypes import KV_TYPES as GGML
-    from solver.kvcache import KV_TYPES
 
     assert set(KV_TYPES) == set(GGML)
     for name, kind in GGML.items():

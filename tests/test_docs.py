@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from solver.config import CountsCurve, CoverCurve, GpuConfig, ModelConfig, PowerCurve, RigConfig
+from solver.files.config import CountsCurve, CoverCurve, GpuConfig, ModelConfig, PowerCurve, RigConfig
 from solver.solvers.policy import POLICY
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from clirun import input_error, invoke, outcome
 
 from solver.cli import cli
-from solver.scales import BYTE_LIMIT
+from solver.problem.scales import BYTE_LIMIT
 from solver.units import INT64_MAX
 
 

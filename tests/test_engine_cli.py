@@ -11,8 +11,8 @@ from clirun import invoke
 from rigfiles import tiny_rig
 
 from solver.cli import cli
-from solver.config import shown_path
-from solver.engines.llamacpp.units import DEFAULT_EXPERT_TENSORS as TENSORS
+from solver.engines.llamacpp.tensors import DEFAULT_EXPERT_TENSORS as TENSORS
+from solver.files.config import shown_path
 
 LLAMA_MIX = "rigs/llama-mix.yaml"
 
@@ -199,7 +199,7 @@ def test_llama_export_counts_the_mtp_blocks_as_slots(tmp_path):
 def test_engines_count_their_own_memory(tmp_path):
     """llama.cpp: a compute buffer per card (or the rig's buffer), the logits on the last card, the
     embeddings in host RAM; vLLM: what gpu_memory_utilization leaves and the activations."""
-    from solver.resolve import load_problem
+    from solver.planning.resolve import load_problem
 
     gpus = [{"name": "a", "free": 1500, "layer_ms": 1.0}, {"name": "b", "free": 1200, "layer_ms": 2.0}]
     extra = {"engine": "llama.cpp", "host_bandwidth": "20 KB/s"}

@@ -10,8 +10,8 @@ import pytest
 from enginefactory import random_engine_problem
 
 from solver.engines import export_lines
-from solver.export_hosts import Hosts
-from solver.planner import plan_rig
+from solver.engines.export_hosts import Hosts
+from solver.planning.planner import plan_rig
 
 
 def _over_hosts(seed: int, engine: str):

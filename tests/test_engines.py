@@ -13,10 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tiers import examples
 
-from solver.arcs import build_arcs
 from solver.engines import build_table, evaluate, stage_fill
 from solver.engines.bandwidth import dense_ms, per_byte_ms
-from solver.scales import SPARE_UNLIMITED
+from solver.planning.build import build_arcs
+from solver.problem.scales import SPARE_UNLIMITED
 from solver.solvers import plan_arcs
 from solver.solvers.cpsat import solve_cpsat
 from solver.solvers.exhaustive import solve_exhaustive

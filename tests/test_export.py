@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from tiers import examples
 
 from solver.engines import export_lines
-from solver.export import (
+from solver.engines.export import (
     LLAMA_ALL_LAYERS,
     LLAMA_MAX_SPLITS,
     Launch,

@@ -30,8 +30,8 @@ from hypothesis import strategies as st
 from tiers import examples
 
 from solver.engines import export_lines
-from solver.export import LLAMA_ALL_LAYERS, LLAMA_MAX_SPLITS, Launch, Offload
-from solver.export_hosts import Hosts
+from solver.engines.export import LLAMA_ALL_LAYERS, LLAMA_MAX_SPLITS, Launch, Offload
+from solver.engines.export_hosts import Hosts
 
 POOL = ("10.0.0.2", "10.0.0.11", "10.0.0.3", "192.168.1.7", "local")
 

@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 from inputs import MODEL, PAIRS, RIG, at, dump, files, key_name, paths, strp, write_base
 from tiers import examples
 
-from solver.config import GpuConfig, ModelConfig, RigConfig
 from solver.errors import brief, one_line
+from solver.files.config import GpuConfig, ModelConfig, RigConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 #: CI runs a fixed set of examples; MOESPLIT_FUZZ=N runs N fresh random ones per property instead.

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from solver.config import load_model
 from solver.errors import InputError
+from solver.files.config import load_model
 from solver.importers.hf import FAMILIES, WEIGHTS, read_hf
 from solver.importers.modelfile import model_yaml
 

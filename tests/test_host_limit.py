@@ -9,9 +9,9 @@ import itertools
 import numpy as np
 from factory import random_problem
 
-from solver.arcs import build_arcs
 from solver.engines import build_table
-from solver.planner import plan_rig
+from solver.planning.build import build_arcs
+from solver.planning.planner import plan_rig
 from solver.solvers import Limits, plan_arcs
 from solver.solvers.exhaustive import solve_exhaustive
 

@@ -9,9 +9,9 @@ from rigfiles import tiny_rig
 from test_probe import box, fake_nvml
 
 from solver.cli import cli
-from solver.config import load_rig
 from solver.engines import REGISTRY
-from solver.probe import probe, rig_yaml
+from solver.files.config import load_rig
+from solver.probe.run import probe, rig_yaml
 
 
 def test_interleaved_hosts_as_given_is_an_input_error_naming_the_gpus(tmp_path):
@@ -111,7 +111,7 @@ def test_rig_new_refuses_cards_that_break_the_host_rules(tmp_path):
 
 
 def test_probe_refuses_an_empty_host(monkeypatch):
-    import solver.probe as probe_mod
+    import solver.probe.run as probe_mod
 
     monkeypatch.setattr(probe_mod, "load_nvml", lambda: fake_nvml(box()))
     res = CliRunner().invoke(cli, ["probe", "--host", ""])

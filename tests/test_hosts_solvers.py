@@ -33,11 +33,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tiers import examples
 
-from solver.arcs import build_arcs
 from solver.engines import build_table, evaluate
-from solver.plan import feasible
-from solver.planner import plan_rig
-from solver.problem import Problem
+from solver.planning.build import build_arcs
+from solver.planning.planner import plan_rig
+from solver.problem.placement import feasible
+from solver.problem.problem import Problem
 from solver.solvers import Limits, Solution
 from solver.solvers.cpsat import forced_time, solve_cpsat
 from solver.solvers.exhaustive import solve_exhaustive

@@ -6,7 +6,7 @@ import numpy as np
 from factory import random_problem
 from test_arithmetic import tiny
 
-from solver.planner import plan_rig
+from solver.planning.planner import plan_rig
 from solver.solvers import Limits
 
 

@@ -19,8 +19,8 @@ import yaml
 from ortools.sat.python import cp_model
 
 from solver import interrupt
-from solver.atomicfile import atomic_open
 from solver.exitcodes import ExitCode
+from solver.files.atomicfile import atomic_open
 
 #: Seconds a stopped run may take to exit: only catches a hang (a search left running).
 HANG_S = 20

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from solver.config import load_model
+from solver.files.config import load_model
 
 FOLDER = Path(__file__).resolve().parent / "fixtures" / "measured"
 MACHINES = sorted(FOLDER.glob("*.yaml"))

@@ -12,10 +12,10 @@ from pathlib import Path
 from click.testing import CliRunner
 from ggufbuild import qwen3_235b_like, write_sparse_gguf
 
-from solver.cards import card
 from solver.cli import cli
-from solver.config import load_model, load_rig
 from solver.engines import REGISTRY
+from solver.files.cards import card
+from solver.files.config import load_model, load_rig
 
 ROOT = Path(__file__).resolve().parent.parent
 HF = ROOT / "tests" / "fixtures" / "hf"

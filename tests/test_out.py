@@ -11,9 +11,9 @@ import pytest
 from click.testing import CliRunner
 from rigfiles import tiny_rig
 
-from solver.atomicfile import atomic_open, write_atomic
 from solver.cli import cli
 from solver.errors import InputError
+from solver.files.atomicfile import atomic_open, write_atomic
 
 
 @pytest.fixture(autouse=True)

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from clirun import key_line
 
 from solver.cli import cli
-from solver.plausible import MAX_CLOCK_GHZ, MIN_FREE
+from solver.planning.plausible import MAX_CLOCK_GHZ, MIN_FREE
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -189,8 +189,8 @@ def test_a_bad_rate_is_called_a_rate_with_line_and_key(box, value):
 
 
 def test_a_gpu_memory_bandwidth_without_a_unit(write):
-    from solver.plausible import rate_doubts
-    from solver.yamlfile import load_yaml
+    from solver.files.yamlfile import load_yaml
+    from solver.planning.plausible import rate_doubts
 
     text = "gpus:\n  - name: a\n    free: 8 GiB\n    mem_bandwidth: 936\n"
     text += "  - name: b\n    mem_bandwidth: 936 GB/s\n"

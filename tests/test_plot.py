@@ -15,8 +15,8 @@ from factory import random_problem
 from rigfiles import tiny_rig
 
 from solver.cli import cli
-from solver.planner import plan_rig
-from solver.plotting import SEGMENTS, _bars, plot_result, stage_bytes
+from solver.planning.planner import plan_rig
+from solver.report.plot import SEGMENTS, _bars, plot_result, stage_bytes
 
 pytest.importorskip("matplotlib")
 
@@ -89,7 +89,10 @@ def test_without_matplotlib_it_is_one_line_and_no_plan(tmp_path, monkeypatch):
 
 
 def test_planning_does_not_import_matplotlib(root):
-    code = "import sys, solver.cli, solver.planner, solver.report; print('matplotlib' in sys.modules)"
+    code = (
+        "import sys, solver.cli, solver.planning.planner, solver.report.planview;"
+        " print('matplotlib' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, check=True)
     assert out.stdout.strip() == "False"
 

@@ -10,15 +10,15 @@ from types import SimpleNamespace
 import pytest
 from click.testing import CliRunner
 
-from solver import probe as probe_mod
-from solver.cards import find_card
 from solver.cli import cli
-from solver.config import load_rig
 from solver.engines import REGISTRY
 from solver.errors import InputError
-from solver.nvmlgpus import visible_order
-from solver.probe import ProbeError, probe, rig_yaml
-from solver.problem import estimate_layer_ms
+from solver.files.cards import find_card
+from solver.files.config import load_rig
+from solver.probe import run as probe_mod
+from solver.probe.nvml import visible_order
+from solver.probe.run import ProbeError, probe, rig_yaml
+from solver.problem.problem import estimate_layer_ms
 
 MIB, GIB = 2**20, 2**30
 
@@ -310,7 +310,9 @@ def test_the_real_pynvml_without_a_driver_exits_1_in_one_line():
 
 
 def test_plan_command_does_not_import_pynvml():
-    code = "import sys, solver.cli; assert 'pynvml' not in sys.modules and 'solver.probe' not in sys.modules"
+    code = (
+        "import sys, solver.cli; assert 'pynvml' not in sys.modules and 'solver.probe.run' not in sys.modules"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

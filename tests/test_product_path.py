@@ -14,10 +14,10 @@ from hypothesis import HealthCheck, given, settings
 from test_agreement import problems
 from tiers import examples
 
-from solver.arcs import build_arcs
 from solver.engines import build_table
-from solver.planner import plan_rig, solve_plan
-from solver.resolve import load_problem
+from solver.planning.build import build_arcs
+from solver.planning.planner import plan_rig, solve_plan
+from solver.planning.resolve import load_problem
 from solver.solvers import Limits
 from solver.solvers.exhaustive import solve_exhaustive
 

@@ -12,10 +12,10 @@ import pytest
 from click.testing import CliRunner
 
 from solver.cli import cli
-from solver.profile import Profile, read_profile, strp_bytes
-from solver.profilestats import layer_ranges, layer_skew, top_shares
-from solver.synth import SynthParams, counts_curve, synth_profile
-from solver.traces import write_trace
+from solver.profiles.format import Profile, read_profile, strp_bytes
+from solver.profiles.stats import layer_ranges, layer_skew, top_shares
+from solver.profiles.synth import SynthParams, counts_curve, synth_profile
+from solver.profiles.traces import write_trace
 
 
 @pytest.fixture(autouse=True)

@@ -11,8 +11,8 @@ from factory import random_problem
 from hypothesis import given
 from hypothesis import strategies as st
 
-from solver.arcs import build_arcs
 from solver.engines import build_table
+from solver.planning.build import build_arcs
 from solver.solvers import plan_arcs
 from solver.solvers.proportional import proportional_cuts
 

@@ -14,12 +14,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tiers import examples
 
-from solver import planner
-from solver.arcs import build_arcs, subset
 from solver.engines import build_table
-from solver.planner import plan_rig
-from solver.report import to_json
+from solver.planning import planner
+from solver.planning.build import build_arcs
+from solver.planning.planner import plan_rig
+from solver.report.planview import to_json
 from solver.solvers import Limits, Solution, hostsplit, lagrange, stage_key, windows
+from solver.solvers.arcs import subset
 from solver.solvers.cpsat import least_top_stage, solve_cpsat
 from solver.solvers.exhaustive import _orders, solve_exhaustive
 from solver.solvers.paths import path_minimax

@@ -15,7 +15,7 @@ import pytest
 from clirun import check_plan, input_error, invoke, key_line, outcome
 from inputs import MODEL, PAIRS, RIG, at, dump, files, key_name, profile_text, strp, write_base
 
-from solver.yamlfile import MAX_DEPTH, MAX_VALUES
+from solver.files.yamlfile import MAX_DEPTH, MAX_VALUES
 
 ROOT = Path(__file__).resolve().parent.parent
 

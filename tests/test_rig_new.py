@@ -10,10 +10,10 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from solver.cards import card
 from solver.cli import cli
-from solver.config import load_rig
 from solver.engines import REGISTRY
+from solver.files.cards import card
+from solver.files.config import load_rig
 from solver.importers.hostmem import HOST_EFFICIENCY, parse_host_bandwidth
 from solver.units import parse_rate, parse_size
 

@@ -1,4 +1,4 @@
-"""solver.rigedit: keys set in a rig's own text, every other line kept, the result a loadable rig."""
+"""solver.calibrate.rigedit: keys set in a rig's own text, other lines kept, the result a loadable rig."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from solver.config import check_rig
+from solver.calibrate.rigedit import Edit, edit_text, write_rig
 from solver.engines import REGISTRY
 from solver.errors import InputError
-from solver.rigedit import Edit, edit_text, write_rig
-from solver.yamlfile import parse_yaml
+from solver.files.config import check_rig
+from solver.files.yamlfile import parse_yaml
 
 BLOCK = """# my rig
 model: m.yaml        # the model

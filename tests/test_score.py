@@ -31,14 +31,14 @@ from tiers import examples
 
 from solver.cli import cli
 from solver.engines import engine_of, evaluate, export_lines
+from solver.engines.export import Offload
+from solver.engines.export_hosts import Hosts
 from solver.engines.llamacpp.args import LlamaArgs, parse_llama_args
 from solver.engines.llamacpp.flags import FFN_EXPS_REGEX, moe_rules
 from solver.errors import ArgsError
-from solver.export import Offload
-from solver.export_hosts import Hosts
-from solver.planner import plan_rig
-from solver.problem import Problem
-from solver.resolve import Overrides, load_problem
+from solver.planning.planner import plan_rig
+from solver.planning.resolve import Overrides, load_problem
+from solver.problem.problem import Problem
 from solver.solvers import Limits
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -32,8 +32,8 @@ from test_export_hosts import host_plans
 from tiers import examples
 
 from solver.engines import Shape, engine_named, export_lines
-from solver.export import Command, Comment, Flags, Launch, Line, SetEnv, Text
-from solver.shells import SHELLS, quote, render
+from solver.engines.export import Command, Comment, Flags, Launch, Line, SetEnv, Text
+from solver.engines.shells import SHELLS, quote, render
 
 #: Characters a word may hold: the shells' syntax, quotes of every kind, backslashes, blanks, Unicode.
 ALPHABET = st.sampled_from([*"aZ09_-.,:;=+/\\^&|<>()[]{}$`!?*#~@%\"' \t", "\u2019", "\u00e9", "\u4e2d"])
@@ -59,7 +59,7 @@ def statements(lines: list[Line]) -> list[tuple]:
 
 
 def refused(word: str, shell: str) -> bool:
-    """Whether the shell cannot pass ``word`` to a program at all (solver.shells says why)."""
+    """Whether the shell cannot pass ``word`` to a program at all (solver.engines.shells says why)."""
     if shell == "cmd":
         return any(c in word for c in '%"\n\r')
     if shell == "powershell":

@@ -17,10 +17,10 @@ import yaml
 from click.testing import CliRunner
 from rigfiles import tiny_rig
 
-import solver.probe as probe_mod
-from solver.atomicfile import write_atomic
+import solver.probe.run as probe_mod
 from solver.cli import cli
 from solver.errors import InputError
+from solver.files.atomicfile import write_atomic
 
 #: Seconds a FIFO reader waits for the writer: only catches a hang.
 READ_TIMEOUT = 30

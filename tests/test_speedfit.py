@@ -1,4 +1,4 @@
-"""solver.speedfit: the bounded least squares, the identification test, and leave-one-out."""
+"""solver.calibrate.speedfit: the bounded least squares, the identification test, and leave-one-out."""
 
 from __future__ import annotations
 
@@ -10,7 +10,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tiers import examples
 
-from solver.speedfit import CONSTANTS, Design, bounded_lstsq, fit, from_x, identify, leave_one_out, to_x
+from solver.calibrate.speedfit import (
+    CONSTANTS,
+    Design,
+    bounded_lstsq,
+    fit,
+    from_x,
+    identify,
+    leave_one_out,
+    to_x,
+)
 
 X0 = np.array([to_x("host_bandwidth", 40e9), 1 / 0.8, 0.08, 0.05, 0.0])
 

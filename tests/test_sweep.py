@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from rigfiles import tiny_rig
 
 from solver.cli import cli
-from solver.sweep import parse_contexts, parse_kv_types, short_context
+from solver.report.contexts import parse_contexts, parse_kv_types, short_context
 
 ROOT = Path(__file__).resolve().parent.parent
 LLAMA = ROOT / "rigs" / "llama-mix.yaml"

@@ -5,8 +5,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from solver.profile import read_profile
-from solver.synth import SynthParams, counts_curve, synth_profile
+from solver.profiles.format import read_profile
+from solver.profiles.synth import SynthParams, counts_curve, synth_profile
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ROOT / "models" / "profiles" / "qwen3-next-80b-a3b.txt"

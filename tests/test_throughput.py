@@ -12,10 +12,10 @@ from click.testing import CliRunner
 from test_time_limit import big_problem
 
 from solver.cli import cli
-from solver.planner import plan_rig
-from solver.rangewalk import walk_range
-from solver.report import to_json
-from solver.resolve import load_problem
+from solver.planning.planner import plan_rig
+from solver.planning.resolve import load_problem
+from solver.problem.rangewalk import walk_range
+from solver.report.planview import to_json
 from solver.solvers import Limits
 
 BOX = Path(__file__).resolve().parent.parent / "rigs" / "box.yaml"

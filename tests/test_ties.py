@@ -10,11 +10,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from solver.arcs import build_arcs
 from solver.engines import build_table, engine_of
-from solver.planner import plan_rig
-from solver.problem import Problem
-from solver.rangewalk import walk_table
+from solver.planning.build import build_arcs
+from solver.planning.planner import plan_rig
+from solver.problem.problem import Problem
+from solver.problem.rangewalk import walk_table
 from solver.solvers import Limits
 from solver.solvers.cpsat import solve_cpsat
 from solver.solvers.exhaustive import solve_exhaustive
@@ -196,7 +196,7 @@ def test_integer_windows_within_the_derived_bound_on_random_rigs(seed):
 def test_integer_windows_within_the_derived_bound_on_the_duo_rig():
     from pathlib import Path
 
-    from solver.resolve import load_problem
+    from solver.planning.resolve import load_problem
 
     p = load_problem(Path(__file__).resolve().parent.parent / "rigs" / "duo.yaml")
     check_bound(p)

@@ -13,14 +13,14 @@ from click.testing import CliRunner
 from factory import random_problem
 from rigfiles import tiny_rig
 
-from solver import planner
-from solver.arcs import build_arcs
 from solver.cli import cli
 from solver.engines import build_table, evaluate
-from solver.plan import feasible
-from solver.planner import plan_rig
-from solver.problem import Problem
-from solver.report import to_json
+from solver.planning import planner
+from solver.planning.build import build_arcs
+from solver.planning.planner import plan_rig
+from solver.problem.placement import feasible
+from solver.problem.problem import Problem
+from solver.report.planview import to_json
 from solver.solvers import (
     Limits,
     Solution,

@@ -10,11 +10,11 @@ import pytest
 from factory import random_problem
 
 from solver.engines import REGISTRY, Engine, StageFill, Weights, export_lines, register
-from solver.export import Flags
-from solver.planner import plan_rig
-from solver.rangewalk import need_table, room_of
-from solver.report import to_json
-from solver.scales import SPARE_UNLIMITED
+from solver.engines.export import Flags
+from solver.planning.planner import plan_rig
+from solver.problem.rangewalk import need_table, room_of
+from solver.problem.scales import SPARE_UNLIMITED
+from solver.report.planview import to_json
 
 
 @dataclasses.dataclass(frozen=True)

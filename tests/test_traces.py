@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from solver.errors import InputError
-from solver.traces import MAX_K, read_traces, write_trace
+from solver.profiles.traces import MAX_K, read_traces, write_trace
 
 RECORD = tuple[int, list[int], list[float]]
 

@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from solver import interrupt
-from solver.bench.synthetic import SweepPoint
+from solver.bench.sweeprigs import SweepPoint
 from solver.bench.timing import Settings, Timing, repeat_timed
 
 #: What every ``solve`` imports before it plans: the yardstick of the end-to-end ratios.
@@ -110,8 +110,8 @@ def peak_rss_mib() -> float:
 
 def fresh_point_main(arg: str) -> None:
     """In the fresh interpreter: plan the point ``arg`` (JSON: SweepPoint and its limits), print JSON."""
-    from solver.planner import plan_rig
-    from solver.report import to_json as plan_json
+    from solver.planning.planner import plan_rig
+    from solver.report.planview import to_json as plan_json
     from solver.solvers import Limits
 
     spec = json.loads(arg)

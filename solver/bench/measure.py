@@ -70,10 +70,10 @@ def measure(
 ) -> RigBench:
     """Time every piece on one problem; ``reload`` re-reads its files (``read``, part of end to end);
     ``policy``: the solver route's thresholds (None: the command line's)."""
-    from solver.arcs import build_arcs
     from solver.engines import build_table
-    from solver.planner import plan_rig
-    from solver.report import to_json as plan_json
+    from solver.planning.build import build_arcs
+    from solver.planning.planner import plan_rig
+    from solver.report.planview import to_json as plan_json
     from solver.solvers import Limits, TooLarge
     from solver.solvers.exhaustive import count_placements, solve_exhaustive
     from solver.solvers.route import POLICY, exact_dp

@@ -56,7 +56,7 @@ def render(title: str, rows: list[RigBench], import_ms: float | None, console: C
     """
     from rich.table import Table
 
-    from solver.console import print_lines, split_to_fit
+    from solver.files.console import print_lines, split_to_fit
 
     notes: list[str] = []
 
@@ -155,8 +155,8 @@ def report(
     sweep_title: str,
 ) -> None:
     """The human output: the rigs' table, process times, the sweep's table and the import line."""
-    from solver.console import console as make_console
-    from solver.console import print_lines
+    from solver.files.console import console as make_console
+    from solver.files.console import print_lines
 
     console = make_console()
     render("rigs", rows, imports.median, console)

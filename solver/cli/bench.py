@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from solver.bench.synthetic import CARDS, DEFAULT_HOSTS, DEFAULT_KINDS, DEFAULT_NETWORK_MS
+from solver.bench.sweeprigs import CARDS, DEFAULT_HOSTS, DEFAULT_KINDS, DEFAULT_NETWORK_MS
 from solver.cli.badinput import input_errors
 from solver.cli.options import (
     OBJECTIVES,
@@ -175,10 +175,10 @@ def bench(
     from solver.bench.fresh import fresh_point, import_time, process_time
     from solver.bench.measure import RigBench, measure
     from solver.bench.render import report, to_json
-    from solver.bench.synthetic import SweepPoint, SweepShape
+    from solver.bench.sweeprigs import SweepPoint, SweepShape
     from solver.bench.timing import Settings
     from solver.cli.options import default_workers
-    from solver.resolve import Overrides, load_problem
+    from solver.planning.resolve import Overrides, load_problem
 
     def load(path: Path) -> Any:
         problem = load_problem(path, Overrides(engine=engine))

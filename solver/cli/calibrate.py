@@ -1,5 +1,5 @@
 """``solve calibrate``: fit the planner's constants to measurements (llama.cpp runs, or Strata's
-expert-cache hit rates); the fitting lives in solver.calibrate_llama and solver.calibrate."""
+expert-cache hit rates); the fitting lives in solver.calibrate.llamafit and solver.calibrate.cover."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import click
 
 from solver.cli.badinput import input_errors
 from solver.cli.options import MODEL, PATH, json_option
-from solver.console import console as make_console
 from solver.errors import InputError
+from solver.files.console import console as make_console
 
 
 @click.command("calibrate")
@@ -86,7 +86,7 @@ def calibrate_cmd(
             "solve calibrate", "give --llama-bench FILE, --llama-log FILE --args FLAGS, or --suggest"
         )
     if rig is None:
-        from solver.calibrate import run
+        from solver.calibrate.cover import run
 
         run(points, engine_logs, write, make_console())
     elif suggest:
@@ -94,10 +94,10 @@ def calibrate_cmd(
             raise InputError(
                 "solve calibrate", "--suggest prints a command to run; it reads and writes no runs"
             )
-        from solver.suggest import run as suggest_run
+        from solver.calibrate.suggest import run as suggest_run
 
         suggest_run(rig, model, as_json, make_console())
     else:
-        from solver.calibrate_llama_report import run as llama_run
+        from solver.calibrate.llamafit_report import run as llama_run
 
         llama_run(rig, model, benches, logs, flags, write, as_json, make_console())

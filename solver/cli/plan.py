@@ -16,7 +16,6 @@ import click
 from rich.console import Console
 
 from solver import interrupt
-from solver.atomicfile import atomic_open, output_kind, refuse_inputs
 from solver.cli.badinput import fail, input_errors
 from solver.cli.options import (
     MODEL,
@@ -29,20 +28,21 @@ from solver.cli.options import (
     json_option,
     workers_option,
 )
-from solver.config import shown_path
-from solver.console import console as make_console
 from solver.engines import ENGINES, engine_named, plan_lines
+from solver.engines.export import check_export_engine
+from solver.engines.shells import DEFAULT_SHELL, SHELLS
 from solver.errors import InputError
 from solver.exitcodes import ExitCode
-from solver.export import check_export_engine
-from solver.kvcache import KV_TYPES
-from solver.plausible import doubts
-from solver.resolve import Overrides, load_problem
-from solver.shells import DEFAULT_SHELL, SHELLS
+from solver.files.atomicfile import atomic_open, output_kind, refuse_inputs
+from solver.files.config import shown_path
+from solver.files.console import console as make_console
+from solver.files.kvcache import KV_TYPES
+from solver.planning.plausible import doubts
+from solver.planning.resolve import Overrides, load_problem
 from solver.solvers import Limits
 
 if TYPE_CHECKING:
-    from solver.planner import Result
+    from solver.planning.planner import Result
 
 #: The statuses that come with a plan; any other (infeasible, unknown) exits ExitCode.NO_PLAN.
 PLANNED = ("optimal", "feasible")
@@ -157,8 +157,8 @@ def plan_cmd(
     started = (
         interrupt.take_start() or time.perf_counter()
     )  # --time-limit counts the imports and the files too
-    from solver.planner import plan_rig
-    from solver.report import print_report, to_json
+    from solver.planning.planner import plan_rig
+    from solver.report.planview import print_report, to_json
 
     overrides = Overrides(model, profile, objective, order, context, engine, idle_gpus, kv_type=kv_type)
     if contexts is not None or kv_types is not None:
@@ -172,7 +172,7 @@ def plan_cmd(
         _sweep(rig, overrides, contexts, kv_types, limits, as_json, out, plot)
         return
     if plot:
-        from solver.plotting import check_plot_file
+        from solver.report.plot import check_plot_file
 
         check_plot_file(plot, shown_path(plot))
     problem = load_problem(rig, overrides)
@@ -200,7 +200,7 @@ def plan_cmd(
     if out:
         write_json(out, report)
     if plot:
-        from solver.plotting import plot_result
+        from solver.report.plot import plot_result
 
         plot_result(result, plot, shown_path(plot))
         click.echo(f"wrote {shown_path(plot)}", err=True)
@@ -223,10 +223,10 @@ def plan_cmd(
 
 
 def _listed(value: str | None, parser: str) -> list | None:
-    """A --contexts or --kv-types list, parsed by solver.sweep (imported only when one is given)."""
+    """A --contexts or --kv-types list, parsed by solver.report.contexts (imported only when one is given)."""
     if value is None:
         return None
-    from solver import sweep
+    from solver.report import contexts as sweep
 
     try:
         return getattr(sweep, parser)(value)
@@ -247,11 +247,11 @@ def _sweep(
     """``--contexts``/``--kv-types``: plan every (context, KV type), one table (or a JSON list, or a
     plot of tokens/s against context); exits 3 when no point has a plan (2 for bad input, through the
     plan command's ``input_errors``)."""
-    from solver.report import to_json
-    from solver.sweep import print_sweep, sweep
+    from solver.report.contexts import print_sweep, sweep
+    from solver.report.planview import to_json
 
     if plot:
-        from solver.plotting import check_plot_file
+        from solver.report.plot import check_plot_file
 
         check_plot_file(plot, shown_path(plot))
     first = load_problem(rig, overrides)
@@ -266,7 +266,7 @@ def _sweep(
     if out:
         write_json(out, report)
     if plot:
-        from solver.plotting import plot_sweep
+        from solver.report.plot import plot_sweep
 
         plot_sweep(points, plot, shown_path(plot))
         click.echo(f"wrote {shown_path(plot)}", err=True)

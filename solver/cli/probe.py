@@ -37,7 +37,7 @@ def probe_cmd(
     gpus_only: bool,
 ) -> None:
     """Read the local NVIDIA GPUs (NVML) and write a rig file to edit."""
-    from solver.probe import ProbeError, run
+    from solver.probe.run import ProbeError, run
     from solver.units import parse_size
 
     try:

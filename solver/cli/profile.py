@@ -13,13 +13,13 @@ from typing import Any
 import click
 import numpy as np
 
-from solver.atomicfile import refuse_inputs, write_atomic
 from solver.cli.badinput import input_errors
 from solver.cli.options import PATH, Finite
-from solver.config import load_model, shown_path
 from solver.errors import InputError
-from solver.profile import Profile, check_against, read_profile, strp_bytes, write_text
-from solver.profilestats import (
+from solver.files.atomicfile import refuse_inputs, write_atomic
+from solver.files.config import load_model, shown_path
+from solver.profiles.format import Profile, check_against, read_profile, strp_bytes, write_text
+from solver.profiles.stats import (
     SEED_LABEL,
     SEED_POINTS,
     TOP_FRACTIONS,
@@ -28,7 +28,7 @@ from solver.profilestats import (
     layer_skew,
     top_shares,
 )
-from solver.synth import SynthParams, synth_profile
+from solver.profiles.synth import SynthParams, synth_profile
 
 OutPath = click.Path(path_type=Path, dir_okay=False)
 
@@ -38,14 +38,14 @@ def _note(text: str) -> None:
 
 
 def _console() -> Any:
-    from solver.console import console
+    from solver.files.console import console
 
     return console()
 
 
 def print_lines(console: Any, *renderables: object) -> None:
-    """Print without trailing blanks (solver.console.print_lines)."""
-    from solver.console import print_lines as stripped
+    """Print without trailing blanks (solver.files.console.print_lines)."""
+    from solver.files.console import print_lines as stripped
 
     stripped(console, *renderables)
 
@@ -281,7 +281,7 @@ def from_traces_cmd(traces: tuple[Path, ...], out: Path, model: Path | None) -> 
     weights. A count is one routing event (one expert picked at one layer for one token); the gate
     weights are checked but not used. Ties in count rank by layer, then expert.
     """
-    from solver.traces import read_traces
+    from solver.profiles.traces import read_traces
 
     refuse_inputs(out, shown_path(out), [*traces, *([model] if model else [])])
     experts = _model_experts(model) if model is not None else None

@@ -8,8 +8,8 @@ import click
 
 from solver.cli.badinput import fail, input_errors
 from solver.cli.written import OUTPUT, command_line, emit, relative
-from solver.config import host_problem, load_model
 from solver.engines import DEFAULT_ENGINE, ENGINES, engine_named
+from solver.files.config import host_problem, load_model
 
 DEFAULT_CONTEXT, DEFAULT_RESERVE = 32768, "700 MiB"
 
@@ -56,7 +56,7 @@ def rig_new_cmd(
 ) -> None:
     """A rig of CARDS in pipeline order ("RTX 4090" "RTX 3090" ..., or HOST:CARD for a card on machine
     HOST), from the card table (no NVML)."""
-    from solver.cards import CardError
+    from solver.files.cards import CardError
     from solver.importers.hostmem import parse_host_bandwidth
     from solver.importers.rigfile import check_engine, place, rig_yaml
     from solver.units import parse_size
@@ -128,7 +128,7 @@ def rig_new_cmd(
 
 def _list_cards() -> None:
     """The card table, one card a line, in 80 columns."""
-    from solver.cards import cards
+    from solver.files.cards import cards
 
     click.echo(f"{'card':<36} {'memory':>9} {'bandwidth':>11} {'SMs':>4} {'boost':>9}")
     for card in cards().values():

@@ -33,7 +33,7 @@ from solver.cli.options import (
 )
 from solver.engines import engine_of, plan_lines
 from solver.errors import ArgsError
-from solver.planner import Result
+from solver.planning.planner import Result
 
 #: An argument that is a whole line of an export: a comment, flags, a variable, or an engine's command.
 EXPORT_LINE = re.compile(r"\s*(#|-|export\s|[A-Za-z_]\w*=|(llama-server|rpc-server|vllm|python3?)\s)")
@@ -98,10 +98,10 @@ def score(
     the predicted tokens/s, and the plan's.
     """
     started = interrupt.take_start() or time.perf_counter()  # --time-limit counts the imports too
-    from solver.console import console as make_console
-    from solver.planner import plan_rig
-    from solver.resolve import Overrides, load_problem
-    from solver.score_report import print_score, to_score_json
+    from solver.files.console import console as make_console
+    from solver.planning.planner import plan_rig
+    from solver.planning.resolve import Overrides, load_problem
+    from solver.report.scoreview import print_score, to_score_json
     from solver.solvers import Limits
 
     words = command_words(list(command))

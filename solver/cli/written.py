@@ -9,8 +9,8 @@ from pathlib import Path
 
 import click
 
-from solver.atomicfile import refuse_inputs, write_atomic
-from solver.config import shown_path
+from solver.files.atomicfile import refuse_inputs, write_atomic
+from solver.files.config import shown_path
 
 #: ``-o/--output``: the file to write, else stdout.
 OUTPUT = click.option(

@@ -14,16 +14,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from solver.config import DEFAULT_ENGINE
 from solver.engines.base import Engine, Shape, Table, Weights
+from solver.engines.export import Launch, Offload
+from solver.engines.export_hosts import Hosts
 from solver.engines.llamacpp import LlamaCpp
 from solver.engines.resident import Sglang, Vllm
+from solver.engines.shells import DEFAULT_SHELL, render
 from solver.engines.strata import Strata
-from solver.export import Launch, Offload
-from solver.export_hosts import Hosts
-from solver.plan import Placement, StageFill
-from solver.problem import Problem
-from solver.shells import DEFAULT_SHELL, render
+from solver.files.config import DEFAULT_ENGINE
+from solver.problem.placement import Placement, StageFill
+from solver.problem.problem import Problem
 
 REGISTRY: dict[str, Engine] = {}
 
@@ -89,7 +89,7 @@ def export_lines(
     shell: str = DEFAULT_SHELL,
 ) -> list[str]:
     """Lines to paste (commands, or for Strata flags and a config line) that make ``engine`` run the
-    plan, written for ``shell`` (solver.shells).
+    plan, written for ``shell`` (solver.engines.shells).
 
     ``gpus`` are rig GPU indices in pipeline order, taken to be CUDA device numbers; ``cuts`` the first
     layer of every later stage. llama.cpp only: ``offload`` lists the expert tensors left on the CPU;
@@ -97,7 +97,7 @@ def export_lines(
     them; ``extra_blocks`` counts blocks the GGUF holds after the planned layers (GLM's MTP layers are in
     its block_count), which llama.cpp puts on the last device with the output. ``hosts`` says where
     each rig GPU is, for a plan that spans machines. ``launch`` says what the command loads and how
-    (solver.export.Launch; by default placeholders). Raises ValueError for a plan the engine cannot
+    (solver.engines.export.Launch; by default placeholders). Raises ValueError for a plan the engine cannot
     express, or a word the shell cannot be given.
     """
     ordered = list(cuts) == sorted(set(cuts)) and all(0 < c < n_layers for c in cuts)

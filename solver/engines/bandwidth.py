@@ -18,14 +18,14 @@ from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
-from solver.cards import DRIVER_MIB, Card, find_card
 from solver.engines.base import Engine, Required
-from solver.problem import Problem, Speed
+from solver.files.cards import DRIVER_MIB, Card, find_card
+from solver.problem.problem import Problem, Speed
 from solver.units import per_layer
 
 if TYPE_CHECKING:
-    from solver.config import GpuConfig, ModelConfig, RigConfig
-    from solver.yamlfile import YamlDoc
+    from solver.files.config import GpuConfig, ModelConfig, RigConfig
+    from solver.files.yamlfile import YamlDoc
 
 #: Share of a card's memory bandwidth a llama.cpp decode reaches (docs/reference.md, "Speed from bytes").
 GPU_EFFICIENCY = 0.8

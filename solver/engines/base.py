@@ -5,10 +5,10 @@ Each engine turns a Problem into a ``Table`` over every (GPU g, layers [a, b)):
 - ``need`` (L+1, L+1): bytes a stage running [a, b) must hold whatever its GPU (weights, session,
   buffers, and for the resident engines every expert of its layers); ``room`` (k, L+1, L+1) is
   ``free - reserve - need``, -1 where the range does not fit;
-- ``weigh(g, a, b, scale, mass)``: integer weights of those ranges (``Weights``), read by solver.arcs;
+- ``weigh(g, a, b, scale, mass)``: integer weights of those ranges (``Weights``), read by solver.solvers.arcs;
 - ``const_units(scale)``: the part of every plan's window that no arc carries, in the same units.
 
-``stage_fill(p, g, a, b)`` gives one stage's fill straight from the definition (solver.plan's
+``stage_fill(p, g, a, b)`` gives one stage's fill straight from the definition (solver.problem.placement's
 ``StageFill``), which the tests hold the table to; ``evaluate`` builds a whole placement from those
 fills and the engine's ``totals``. Besides the arithmetic, an engine names the
 keys it needs, its default placement, its report columns and JSON keys, and its export. Everything
@@ -24,16 +24,16 @@ from typing import TYPE_CHECKING, ClassVar, Protocol
 import numpy as np
 
 from solver.errors import ArgsError
-from solver.plan import Placement, Stage, StageFill, handoffs_ms
-from solver.problem import Problem
+from solver.problem.placement import Placement, Stage, StageFill, handoffs_ms
+from solver.problem.problem import Problem
 
 if TYPE_CHECKING:
-    from solver.baselines import Baseline
-    from solver.config import ModelConfig, RigConfig
-    from solver.export import Launch, Line, Offload
-    from solver.export_hosts import Hosts
-    from solver.scored import Scored
-    from solver.yamlfile import YamlDoc
+    from solver.engines.export import Launch, Line, Offload
+    from solver.engines.export_hosts import Hosts
+    from solver.files.config import ModelConfig, RigConfig
+    from solver.files.yamlfile import YamlDoc
+    from solver.problem.baselines import Baseline
+    from solver.problem.scored import Scored
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,7 @@ class Shape:
     """A plan as its export needs it: rig GPU indices in pipeline order (taken to be CUDA device
     numbers), the cut points, the layer count; llama.cpp's offloaded tensors, every tensor name of the
     model when known (to prove the -ot pattern), blocks after the planned layers (MTP); where each GPU
-    is (a plan over several hosts); and what the command loads (solver.export.Launch)."""
+    is (a plan over several hosts); and what the command loads (solver.engines.export.Launch)."""
 
     gpus: list[int]
     cuts: list[int]
@@ -131,7 +131,7 @@ class Engine:
     columns: ClassVar[list[tuple[str, StageCell]]] = []
     #: The report's plan-against-default rows after the window.
     summary: ClassVar[list[tuple[str, PlanCell]]] = []
-    #: The context sweep's columns (solver.sweep): what a longer context costs the plan.
+    #: The context sweep's columns (solver.report.contexts): what a longer context costs the plan.
     sweep: ClassVar[list[tuple[str, PlanCell]]] = []
     #: What the time a stage spends on what it does not hold is called (plots).
     miss_label: ClassVar[str] = "misses"
@@ -150,7 +150,7 @@ class Engine:
     reads_llama_bench: ClassVar[bool] = False
     #: What ``--export`` prints, in a word: a command to paste, or flags for one the user starts.
     export_noun: ClassVar[str] = "command"
-    #: The KV cache types (solver.kvcache) the engine runs, its default first.
+    #: The KV cache types (solver.files.kvcache) the engine runs, its default first.
     kv_types: ClassVar[tuple[str, ...]] = ("f16",)
 
     def check_gpus(self, rig: RigConfig, doc: YamlDoc) -> None:
@@ -224,7 +224,7 @@ class Engine:
         return {}
 
     def export(self, plan: Shape) -> list[Line]:
-        """The lines that make the engine run the plan (solver.shells writes them for a shell);
+        """The lines that make the engine run the plan (solver.engines.shells writes them for a shell);
         ValueError for a plan it cannot express."""
         raise NotImplementedError
 

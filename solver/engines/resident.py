@@ -13,24 +13,24 @@ from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
-from solver.baselines import Baseline, cuts_of
-from solver.cards import DRIVER_MIB
 from solver.engines.bandwidth import BytesSpeed, all_held_ms
 from solver.engines.base import Orders, PlanCell, Shape, StageCell, Weights, ms, tokens
+from solver.engines.export import Command, context_flag, device_order, joined, placeholder, stage_sizes
+from solver.engines.export_hosts import sglang_node_lines, vllm_ray_lines
 from solver.engines.stageargs import StageArgs, layers_per_stage, parse_stage_args, score_stages
-from solver.export import Command, context_flag, device_order, joined, placeholder, stage_sizes
-from solver.export_hosts import sglang_node_lines, vllm_ray_lines
-from solver.plan import Placement, StageFill, bounds_ok, feasible
-from solver.rangewalk import expert_prefix, need_table, room_of
-from solver.scales import SPARE_UNLIMITED
+from solver.files.cards import DRIVER_MIB
+from solver.problem.baselines import Baseline, cuts_of
+from solver.problem.placement import Placement, StageFill, bounds_ok, feasible
+from solver.problem.rangewalk import expert_prefix, need_table, room_of
+from solver.problem.scales import SPARE_UNLIMITED
 from solver.units import format_size
 
 if TYPE_CHECKING:
-    from solver.config import ModelConfig, RigConfig
-    from solver.export import Line
-    from solver.export_hosts import Hosts
-    from solver.problem import Problem
-    from solver.scored import Scored
+    from solver.engines.export import Line
+    from solver.engines.export_hosts import Hosts
+    from solver.files.config import ModelConfig, RigConfig
+    from solver.problem.problem import Problem
+    from solver.problem.scored import Scored
 
 
 def kv_prefix(p: Problem) -> np.ndarray:

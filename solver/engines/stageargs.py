@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING
 from solver.engines.llamacpp.flags import LLAMA_PLACEMENT
 from solver.engines.llamacpp.values import stoi, visible_devices
 from solver.errors import ArgsError
-from solver.problem import Problem, at_context
-from solver.scored import Card, Scored
+from solver.problem.problem import Problem, at_context
+from solver.problem.scored import Card, Scored
 
 if TYPE_CHECKING:
     from solver.engines.base import Engine

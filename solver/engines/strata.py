@@ -8,18 +8,18 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 
 from solver.engines.base import Engine, PlanCell, Shape, StageCell, Weights, ms
+from solver.engines.export import Comment, Flags, Line, SetEnv, Text, device_order, joined
 from solver.engines.stageargs import StageArgs, layers_per_stage, parse_stage_args, score_stages
-from solver.export import Comment, Flags, Line, SetEnv, Text, device_order, joined
-from solver.plan import StageFill
-from solver.rangewalk import RangeWalk, expert_prefix, need_table, walk_range, walk_table
-from solver.scales import MASS_SCALE, SPARE_UNLIMITED
+from solver.problem.placement import StageFill
+from solver.problem.rangewalk import RangeWalk, expert_prefix, need_table, walk_range, walk_table
+from solver.problem.scales import MASS_SCALE, SPARE_UNLIMITED
 from solver.units import format_size
 
 if TYPE_CHECKING:
-    from solver.config import RigConfig
-    from solver.problem import Problem
-    from solver.scored import Scored
-    from solver.yamlfile import YamlDoc
+    from solver.files.config import RigConfig
+    from solver.files.yamlfile import YamlDoc
+    from solver.problem.problem import Problem
+    from solver.problem.scored import Scored
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from solver.config import COUNT_MAX, shown_path
 from solver.errors import InputError, read_input
+from solver.files.config import COUNT_MAX, shown_path
 from solver.importers.ggmltypes import KV_TYPES, row_bytes
 from solver.importers.modelfile import MAX_EXPERTS
 

@@ -6,7 +6,7 @@ import json
 import textwrap
 from dataclasses import dataclass, field
 
-from solver.kvcache import DEFAULT_KV_TYPE
+from solver.files.kvcache import DEFAULT_KV_TYPE
 
 
 @dataclass
@@ -24,7 +24,7 @@ class ImportedModel:
     sources              model-file key -> where its number came from, written as comments
     max_context          the longest context the model was trained for (written when known)
     nextn_layers         next-token-prediction blocks the GGUF file has after the L layers
-    kv_type              the KV cache type kv_bytes_per_token is at (solver.kvcache)
+    kv_type              the KV cache type kv_bytes_per_token is at (solver.files.kvcache)
     gguf, hf_model       what an engine's command loads: the GGUF file (a path relative to the model
                          file), the checkpoint directory or Hugging Face id (None: not known)
     vocab_size           tokens of the vocabulary (the output logits' width), when known

@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from solver.cards import DRIVER_MIB, Card, CardError, card
 from solver.engines import DEFAULT_ENGINE, REGISTRY, engine_named
+from solver.files.cards import DRIVER_MIB, Card, CardError, card
 from solver.importers.hostmem import HostRate
-from solver.problem import REFERENCE_GHZ, REFERENCE_LAYER_MS, REFERENCE_SMS
+from solver.problem.problem import REFERENCE_GHZ, REFERENCE_LAYER_MS, REFERENCE_SMS
 from solver.units import format_rate
 
 MIB = 2**20

@@ -1,7 +1,7 @@
 """Solvers over one Arcs table, all with the signature ``solve(arcs, limits) -> Solution``.
 
 Every exact solver returns the same plan: the best objective key, then the smallest bottleneck,
-the smallest cut list and (free order) the smallest GPU order; see ``solver.arcs``.
+the smallest cut list and (free order) the smallest GPU order; see ``solver.solvers.arcs``.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from solver.arcs import Arcs, Objective
-from solver.arcs import stage_key as stage_key
+from solver.solvers.arcs import Arcs, Objective
+from solver.solvers.arcs import stage_key as stage_key
 from solver.solvers.paths import any_path, stage_tables
 
 

@@ -16,9 +16,9 @@ import numpy as np
 from ortools.sat.python import cp_model
 
 from solver import interrupt
-from solver.arcs import Arcs, Objective, subset
-from solver.scales import MASS_SCALE
+from solver.problem.scales import MASS_SCALE
 from solver.solvers import Limits, Solution, Stopped, cpmodel, usable
+from solver.solvers.arcs import Arcs, Objective, subset
 from solver.solvers.cpmodel import set_total
 from solver.solvers.paths import best_through, narrow, through_any
 from solver.solvers.policy import POLICY, Policy

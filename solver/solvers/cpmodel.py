@@ -17,9 +17,9 @@ import numpy as np
 import pandas as pd
 from ortools.sat.python import cp_model
 
-from solver.arcs import Arcs
-from solver.arcs import by_gpu as arcs_by_gpu
 from solver.solvers import Stopped, check_deadline
+from solver.solvers.arcs import Arcs
+from solver.solvers.arcs import by_gpu as arcs_by_gpu
 
 #: Variables written between two looks at the deadline (a million arcs take seconds to write).
 VAR_CHUNK = 2**14
@@ -96,7 +96,7 @@ def grouped(values: np.ndarray, size: int) -> list[np.ndarray]:
 
 def priced(arcs: Arcs) -> bool:
     """Whether a plan's time holds ``entry_units`` per host run beyond its arcs: idle GPUs over hosts
-    whose network hop differs from the hand-off (see ``solver.arcs``)."""
+    whose network hop differs from the hand-off (see ``solver.solvers.arcs``)."""
     return arcs.idle and arcs.entry_units != 0 and arcs.n_hosts > 1
 
 

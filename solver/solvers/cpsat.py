@@ -18,9 +18,9 @@ from collections.abc import Callable
 import numpy as np
 from ortools.sat.python import cp_model
 
-from solver.arcs import Arcs, Objective
-from solver.scales import MASS_SCALE
+from solver.problem.scales import MASS_SCALE
 from solver.solvers import Limits, Solution, Work, relaxed_bound, stage_key
+from solver.solvers.arcs import Arcs, Objective
 from solver.solvers.cpchain import ANY_PLAN, Chain, Fix, feasible, prune, start, threshold
 from solver.solvers.cpmodel import bound_time, bound_total, plan_time, read, time_expr, time_slack
 from solver.solvers.policy import POLICY, Policy

@@ -22,8 +22,8 @@ import time
 
 import numpy as np
 
-from solver.arcs import Arcs
 from solver.solvers import Limits, Solution, Stopped, check_host, stage_key, usable
+from solver.solvers.arcs import Arcs
 from solver.solvers.dpgraph import Graph
 from solver.solvers.paths import first_value, on_cuts, path_minimax
 from solver.solvers.policy import POLICY, Policy

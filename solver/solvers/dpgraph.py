@@ -13,9 +13,9 @@ import math
 
 import numpy as np
 
-from solver.arcs import Arcs
-from solver.arcs import by_gpu as arcs_by_gpu
 from solver.solvers import TooLarge, check_deadline
+from solver.solvers.arcs import Arcs
+from solver.solvers.arcs import by_gpu as arcs_by_gpu
 from solver.solvers.paths import BIG, NONE, Radix, best_per
 from solver.solvers.policy import POLICY, Policy
 

@@ -18,8 +18,8 @@ import time
 
 import numpy as np
 
-from solver.arcs import Arcs
 from solver.solvers import Limits, Solution, TooLarge, stage_key
+from solver.solvers.arcs import Arcs
 from solver.solvers.policy import POLICY, Policy
 
 

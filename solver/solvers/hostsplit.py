@@ -26,8 +26,8 @@ import math
 
 import numpy as np
 
-from solver.arcs import Arcs, gpu_classes
-from solver.scales import EXACT_FLOAT
+from solver.problem.scales import EXACT_FLOAT
+from solver.solvers.arcs import Arcs, gpu_classes
 from solver.solvers.paths import Radix
 from solver.solvers.policy import POLICY, Policy
 

@@ -4,7 +4,7 @@ A plan in a free order is a path of k arcs from layer 0 to layer L that uses eve
 each host's GPUs run one after another. The relaxation keeps the hosts exact, a DP over
 (hosts done, boundary) in which a host covers one range with exactly as many arcs as it has GPUs,
 but lets those arcs be any of the host's GPUs, repeats allowed. Lagrangian prices put "every GPU
-once" back: class c (identical GPUs on one host, ``solver.arcs.gpu_classes``) gets a price
+once" back: class c (identical GPUs on one host, ``solver.solvers.arcs.gpu_classes``) gets a price
 ``lam[c]``, subtracted from each of its arcs and added back ``mult[c]`` times. For every price vector
 
     min over relaxed paths of sum (weight - lam[class]) + sum_c mult[c] * lam[c]
@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from solver.arcs import Arcs, gpu_classes
-from solver.scales import EXACT_FLOAT
+from solver.problem.scales import EXACT_FLOAT
+from solver.solvers.arcs import Arcs, gpu_classes
 from solver.solvers.policy import POLICY, Policy
 
 

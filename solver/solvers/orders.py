@@ -13,8 +13,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from solver.arcs import Arcs
 from solver.solvers import Solution, TooLarge, plan_arcs, stage_key
+from solver.solvers.arcs import Arcs
 
 Solver = Callable[[Arcs], Solution]
 

@@ -26,7 +26,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from solver.arcs import Arcs, free_order_states, gpu_classes
+from solver.solvers.arcs import Arcs, free_order_states, gpu_classes
 
 #: Mass of an unreachable state in the (mass, time) DPs.
 NONE = -1

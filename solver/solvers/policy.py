@@ -4,7 +4,7 @@
 own work. A test or a benchmark that wants another path passes its own ``Policy``
 (``dataclasses.replace(POLICY, dp_first_work=0)``); the command line uses ``POLICY``. Numeric
 exactness constants (float64's exact integers, the DPs' unreachable values) are not policy: they
-live in ``solver.scales`` and ``solver.solvers.paths``.
+live in ``solver.problem.scales`` and ``solver.solvers.paths``.
 """
 
 from __future__ import annotations

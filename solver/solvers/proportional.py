@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
-from solver.arcs import Arcs
 from solver.solvers import Limits, Solution
+from solver.solvers.arcs import Arcs
 
 
 def round_half_away(x: float) -> int:

@@ -29,9 +29,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from solver.arcs import Arcs, Objective, subset
-from solver.scales import MASS_SCALE
+from solver.problem.scales import MASS_SCALE
 from solver.solvers import Limits, Solution, hostsplit, lagrange, plan_arcs, stage_key, usable, windows
+from solver.solvers.arcs import Arcs, Objective, subset
 from solver.solvers.paths import narrow, path_minimax
 from solver.solvers.policy import POLICY, Policy
 

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from solver.arcs import Arcs
 from solver.solvers import Limits, Solution, TooLarge, dp, dpgraph, subsetdp
+from solver.solvers.arcs import Arcs
 from solver.solvers.cpsat import forced_time, least_top_stage, solve_cpsat
 from solver.solvers.exhaustive import count_placements, solve_exhaustive
 from solver.solvers.orders import in_order, solve_in_orders

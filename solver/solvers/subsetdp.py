@@ -5,7 +5,7 @@ as given, the last GPU used (the used GPUs keep rig order and hosts are contiguo
 by themselves); with a free order, how many GPUs of each class (identical arcs, one host) are used and
 the host of the last one (the next GPU must be new, on that host or on one not yet entered).
 ``F[state][b]`` is the best (mass, time) of covering layers [0, b); a step adds an arc of an allowed
-GPU plus ``entry_units`` when it enters a host (see ``solver.arcs``). The tie-break chain runs as in
+GPU plus ``entry_units`` when it enters a host (see ``solver.solvers.arcs``). The tie-break chain runs as in
 ``solver.solvers.dp``: the throughput objective's max stage, spare KV and bottleneck by bisection on
 thresholds, then the smallest cut list (a list that ends is smaller than any longer one it starts)
 and the smallest GPU order, chosen greedily against best completions computed backwards.
@@ -29,8 +29,8 @@ import time
 
 import numpy as np
 
-from solver.arcs import Arcs
 from solver.solvers import Limits, Solution, Stopped, TooLarge, check_host, stage_key, usable
+from solver.solvers.arcs import Arcs
 from solver.solvers.dp import objective_bound
 from solver.solvers.paths import first_value
 from solver.solvers.policy import POLICY, Policy

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from solver.arcs import Arcs, by_gpu
 from solver.solvers import check_deadline
+from solver.solvers.arcs import Arcs, by_gpu
 from solver.solvers.paths import BIG, NONE, arcs_by_start, best_per, merge, nothing, on_cuts, pick
 
 

@@ -24,9 +24,9 @@ import functools
 
 import numpy as np
 
-from solver.arcs import Arcs, gpu_classes
-from solver.scales import EXACT_FLOAT
+from solver.problem.scales import EXACT_FLOAT
 from solver.solvers import Stopped, check_deadline
+from solver.solvers.arcs import Arcs, gpu_classes
 from solver.solvers.paths import Radix, first_index
 from solver.solvers.policy import POLICY, Policy
 

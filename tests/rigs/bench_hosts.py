@@ -15,8 +15,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path.cwd()))
 
-from solver.planner import plan_rig
-from solver.resolve import Overrides, load_problem
+from solver.planning.planner import plan_rig
+from solver.planning.resolve import Overrides, load_problem
 
 EXTRA = ["two-hosts+idle", "box+idle", "eight+idle", "sixteen+idle", "six-auto+idle", "eight+idleauto"]
 EXTRA += ["sixteen+idleauto", "llama-mix+idleauto"]

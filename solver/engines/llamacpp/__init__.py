@@ -13,25 +13,25 @@ from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
-from solver.baselines import Baseline, cuts_of
 from solver.engines.bandwidth import BytesSpeed
 from solver.engines.base import PlanCell, Required, Shape, StageCell, ms
+from solver.engines.export import Command, context_flag, device_order, llama_flags, placeholder, stage_sizes
+from solver.engines.export_hosts import llama_rpc_lines
 from solver.engines.llamacpp.args import LlamaArgs, parse_llama_args
 from solver.engines.llamacpp.layout import COMPUTE_BUFFER, N_UBATCH, free_memory_split
 from solver.engines.llamacpp.score import score
 from solver.engines.llamacpp.table import LlamaTable, cpu_moe_fill, stage_fill
-from solver.engines.llamacpp.units import Costs, llama_units
-from solver.export import Command, context_flag, device_order, llama_flags, placeholder, stage_sizes
-from solver.export_hosts import llama_rpc_lines
-from solver.kvcache import KV_TYPES
-from solver.plan import Placement, StageFill, bounds_ok, feasible
-from solver.problem import Problem
+from solver.engines.llamacpp.tensors import Costs, llama_units
+from solver.files.kvcache import KV_TYPES
+from solver.problem.baselines import Baseline, cuts_of
+from solver.problem.placement import Placement, StageFill, bounds_ok, feasible
+from solver.problem.problem import Problem
 from solver.units import format_size
 
 if TYPE_CHECKING:
-    from solver.config import ModelConfig, RigConfig
-    from solver.export import Line
-    from solver.scored import Scored
+    from solver.engines.export import Line
+    from solver.files.config import ModelConfig, RigConfig
+    from solver.problem.scored import Scored
 
 
 #: What stands in for the model file when the model file does not name it.

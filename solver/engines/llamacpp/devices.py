@@ -19,13 +19,13 @@ import re
 
 import numpy as np
 
+from solver.engines.export import Offload
 from solver.engines.llamacpp.args import LlamaArgs
 from solver.engines.llamacpp.flags import moe_rules
 from solver.engines.llamacpp.layout import slot_devices
-from solver.engines.llamacpp.units import Costs, base_tensor
+from solver.engines.llamacpp.tensors import Costs, base_tensor
 from solver.errors import ArgsError
-from solver.export import Offload
-from solver.problem import Problem
+from solver.problem.problem import Problem
 
 #: Non-expert tensors of a block, for telling a user when an -ot rule also matches them.
 DENSE_TENSORS = (

@@ -21,11 +21,11 @@ from solver.engines.base import Engine
 from solver.engines.llamacpp.args import LlamaArgs
 from solver.engines.llamacpp.devices import CPU, devices_of, layer_devices, placed_bytes
 from solver.engines.llamacpp.flags import KV_TYPE_BYTES
-from solver.engines.llamacpp.units import Costs
-from solver.kvcache import KV_TYPES
-from solver.plan import Placement, Stage, StageFill, handoffs_ms
-from solver.problem import Problem, at_context
-from solver.scored import Card, Scored
+from solver.engines.llamacpp.tensors import Costs
+from solver.files.kvcache import KV_TYPES
+from solver.problem.placement import Placement, Stage, StageFill, handoffs_ms
+from solver.problem.problem import Problem, at_context
+from solver.problem.scored import Card, Scored
 
 
 def run_problem(p: Problem, args: LlamaArgs) -> tuple[Problem, list[str]]:

@@ -9,11 +9,11 @@ import numpy as np
 
 from solver.engines.base import Weights
 from solver.engines.llamacpp.fill import best_set, dense_table, uniform_table
-from solver.engines.llamacpp.units import Costs, decision_scale
-from solver.plan import StageFill
-from solver.problem import Problem
-from solver.rangewalk import need_table, room_of
-from solver.scales import FINE_TIME_SCALE, MASS_SCALE, SPARE_UNLIMITED
+from solver.engines.llamacpp.tensors import Costs, decision_scale
+from solver.problem.placement import StageFill
+from solver.problem.problem import Problem
+from solver.problem.rangewalk import need_table, room_of
+from solver.problem.scales import FINE_TIME_SCALE, MASS_SCALE, SPARE_UNLIMITED
 
 
 def _units_ms(values: np.ndarray) -> np.ndarray:

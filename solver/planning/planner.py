@@ -1,0 +1,149 @@
+"""Problem -> range-walk table -> arcs -> the route's solver -> plan, baseline and oracle check.
+
+Which solver answers, and why, is ``solver.solvers.route``'s to say; this module builds the tables,
+runs the route, evaluates the plan and prices what it leaves out.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from solver.engines import build_table, engine_of, evaluate
+from solver.planning.build import build_arcs
+from solver.planning.infeasible import explain
+from solver.problem.baselines import Baseline
+from solver.problem.placement import Placement, bounds_ok, feasible
+from solver.problem.problem import Problem
+from solver.solvers import Limits, Solution, TooLarge
+from solver.solvers.arcs import Arcs
+from solver.solvers.proportional import solve_proportional
+from solver.solvers.route import POLICY, Policy, Route, forced_times, oracle, route, solve
+
+
+@dataclass
+class Oracle:
+    """An independent solver's answer and whether it matches the product's."""
+
+    name: str
+    status: str
+    plan: Placement | None
+    agrees: bool
+    wall_ms: float
+
+
+@dataclass
+class Result:
+    """Everything a report needs about one planning run."""
+
+    problem: Problem
+    status: str
+    plan: Placement | None
+    baseline: Baseline
+    solution: Solution
+    arcs: Arcs
+    table_ms: float
+    wall_ms: float
+    reason: str | None = None
+    oracle: Oracle | None = None
+    idle_cost_ms: dict[int, float | None] | None = None
+    default: Baseline | None = None  # what the engine does unasked, where that is not the proportional split
+    route: Route | None = None  # the solver the route tried first, why, and what follows it
+
+    @property
+    def compared(self) -> Baseline:
+        """What the report sets the plan beside: the engine's own default, else the proportional split."""
+        return self.default or self.baseline
+
+
+def solve_plan(arcs: Arcs, limits: Limits, policy: Policy = POLICY, chosen: Route | None = None) -> Solution:
+    """The product's answer: ``chosen`` (by default ``route(arcs, policy)``) run to the end. Every
+    solver on it stops at ``limits``' deadline with the best plan it has."""
+    return solve(chosen or route(arcs, policy), arcs, limits, policy)
+
+
+def run_oracle(
+    p: Problem,
+    arcs: Arcs,
+    solution: Solution,
+    limits: Limits,
+    orders: list[tuple[int, ...]] | None = None,
+    policy: Policy = POLICY,
+) -> Oracle:
+    """Solve again with the route's oracle and compare plans (an unproven plan need only be no
+    better). With the engine's allowed ``orders``, in each of them."""
+    check = oracle(arcs, solution, policy, orders)
+    try:
+        got = solve(check, arcs, limits, policy)
+    except TooLarge:
+        return Oracle(check.solver, "skipped", None, True, 0.0)
+    if got.status == "unknown":  # the time limit stopped it before any plan: nothing to compare
+        return Oracle(check.solver, "stopped", None, True, got.wall_ms)
+    plan = evaluate(p, got.gpus, got.cuts) if got.found else None
+    if (solution.status == "optimal" or not solution.found) and got.status != "feasible":
+        agrees = (got.status, got.gpus, got.cuts) == (solution.status, solution.gpus, solution.cuts)
+    else:  # one side stopped by the time limit: both must have a plan
+        agrees = got.found and solution.found
+    return Oracle(check.solver, got.status, plan, agrees, got.wall_ms)
+
+
+def plan_rig(
+    p: Problem, limits: Limits | None = None, check: bool = False, policy: Policy = POLICY
+) -> Result:
+    """Plan one problem end to end (``policy``: the route's thresholds)."""
+    t0 = time.perf_counter()
+    limits = limits or Limits()
+    if limits.started is None:  # the limit bounds the whole run: the tables count
+        limits = dataclasses.replace(limits, started=t0)
+    table = build_table(p)
+    table_ms = (time.perf_counter() - t0) * 1e3
+    arcs = build_arcs(p, table)
+    rule = engine_of(p).orders(p)
+    chosen = route(arcs, policy, None if rule is None else rule.gpus)
+    solution = solve_plan(arcs, limits, policy, chosen)
+    plan = evaluate(p, solution.gpus, solution.cuts) if solution.found else None
+    if plan is not None and not feasible(p, plan):
+        raise AssertionError(f"the solver returned an infeasible plan: {plan.gpus} {plan.cuts}")
+    base = solve_proportional(arcs)  # the contract's baseline, for every engine
+    split = base.status == "heuristic" and bounds_ok(p, base.cuts)
+    base_plan = evaluate(p, base.gpus, base.cuts) if split else None
+    feasible_base = bool(base_plan and feasible(p, base_plan))
+    baseline = Baseline(list(base.cuts), feasible_base, base_plan, reason=base.reason)
+    wall_ms = (time.perf_counter() - t0) * 1e3
+    status = solution.status if solution.found or solution.status == "infeasible" else "unknown"
+    result = Result(p, status, plan, baseline, solution, arcs, table_ms, wall_ms, route=chosen)
+    result.default = engine_of(p).default_split(p)
+    if status == "infeasible":
+        ruled = rule is not None and rule.reason
+        result.reason = rule.reason if ruled else explain(p, table, arcs, limits.left(t0), policy)
+    elif status == "unknown" and solution.reason is not None:
+        result.reason = solution.reason
+    elif status == "unknown":
+        result.reason = "the time limit ran out before any placement was found; allow more time"
+    if plan is not None and len(plan.gpus) < p.n_gpus:
+        result.idle_cost_ms = idle_report(arcs, plan, limits, policy)
+    if check:
+        result.oracle = run_oracle(p, arcs, solution, limits, None if rule is None else rule.gpus, policy)
+    return result
+
+
+def idle_report(
+    arcs: Arcs, plan: Placement, limits: Limits, policy: Policy = POLICY
+) -> dict[int, float | None] | None:
+    """Per idle GPU, how many ms more the best window of a plan that uses it is than the plan's
+    (None: no plan can use it), within ``policy.idle_cost_s`` seconds and what is left of the time
+    limit (``forced_times`` says which solver prices them). The mass objective ranks the plans that
+    use it by mass first; a ``host_memory`` limit is not applied to those plans (the figure is then
+    a lower bound). None: not computed (a solve cut short)."""
+    now = time.perf_counter()
+    end = min(limits.deadline(now) or np.inf, now + policy.idle_cost_s)
+    if end <= now:
+        return None
+    idle = sorted(set(range(arcs.n_gpus)) - set(plan.gpus))
+    forced = forced_times(arcs, idle, end, limits, policy)
+    if forced is None:
+        return None
+    return {g: None if t is None else round(arcs.window_ms(t) - plan.window_ms, 6) for g, t in forced.items()}

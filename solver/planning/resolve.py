@@ -1,0 +1,284 @@
+"""Files -> one resolved Problem: a rig, its model and profile (or the command line's), checked against
+the engine the rig names and combined into plain arrays (solver.problem.problem)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from solver.engines import REGISTRY, Engine, engine_named
+from solver.errors import InputError
+from solver.files.config import (
+    CountsCurve,
+    ModelConfig,
+    RigConfig,
+    check_host_runs,
+    load_model,
+    load_rig,
+    relative_to,
+    shown_path,
+)
+from solver.files.kvcache import scale_per_kind
+from solver.files.yamlfile import YamlDoc, load_yaml
+from solver.planning.plausible import rate_doubts
+from solver.problem.problem import Problem, estimate_layer_ms, kv_per_layer_of, layer_bytes_of
+from solver.problem.scales import BYTE_LIMIT, COARSE_TIME_SCALE, COEFF_BUDGET, MASS_SCALE, TABLE_CELLS
+from solver.profiles.curves import pair_mass
+from solver.profiles.format import Profile, check_against, read_profile
+from solver.units import per_layer
+
+
+@dataclass(frozen=True)
+class Overrides:
+    """Command-line settings that replace the rig's or model's own."""
+
+    model: Path | None = None
+    profile: Path | None = None
+    objective: str | None = None
+    order: str | None = None
+    context: int | None = None
+    engine: str | None = None
+    idle_gpus: bool = False
+    #: The rate a rig without ``host_bandwidth`` starts from (``solve calibrate`` fits it).
+    host_bandwidth: int | None = None
+    kv_type: str | None = None
+
+
+def resolve(
+    rig: RigConfig,
+    model: ModelConfig,
+    profile: Profile | None,
+    *,
+    context: int,
+    rig_name: str,
+    model_name: str,
+    files: dict[str, str],
+    model_file: str,
+) -> Problem:
+    """Combine validated configs and a profile into a Problem, checking what spans the files."""
+    n, k = model.layers, len(rig.gpus)
+    by_gpu, by_pair = k * (n + 1) ** 2, (n + 1) * (len(profile) + 1 if profile is not None else 1)
+    if max(by_gpu, by_pair) > TABLE_CELLS:
+        what = f"{k:,} GPUs" if by_gpu >= by_pair else f"{len(profile):,} ranked pairs"
+        raise InputError(
+            files.get("rig", rig_name) if by_gpu >= by_pair and k > n else model_file,
+            f"{n:,} layers with {what} need a range-walk table of {max(by_gpu, by_pair):,} cells, "
+            f"over the {TABLE_CELLS:,} moesplit plans in",
+            key="gpus" if by_gpu >= by_pair and k > n else "layers",
+        )
+    experts = np.array(per_layer(model.experts, n), dtype=np.int64)
+    expert_bytes = np.array(per_layer(model.expert_bytes, n), dtype=object)
+    if profile is not None:
+        _check_profile(profile, model, experts, model_file)
+    layer_bytes = layer_bytes_of(model, context)
+    pair_layer = profile.layer.astype(np.int64) if profile is not None else np.zeros(0, dtype=np.int64)
+    pair_bytes = expert_bytes[pair_layer] if len(pair_layer) else np.zeros(0, dtype=object)
+    all_experts = int((experts * expert_bytes).sum())
+    total = (
+        sum(layer_bytes)
+        + max(int(pair_bytes.sum()), all_experts)
+        + model.stage_bytes
+        + model.first_stage_bytes
+    )
+    total += model.last_stage_bytes
+    if total >= BYTE_LIMIT:
+        raise InputError(
+            model_file,
+            f"the model's sizes add up to {total} bytes at a context of {context}, "
+            f"beyond the 2^62 bytes moesplit plans in",
+        )
+    extra = engine_named(rig.engine).problem_fields(rig, model, experts)
+    gpus = rig.gpus
+    buffer = [
+        g.buffer if g.buffer is not None else b for g, b in zip(gpus, extra.pop("buffers", [0] * len(gpus)))
+    ]
+    layer_ms = extra.pop("layer_ms", None) or [
+        g.layer_ms if g.layer_ms is not None else estimate_layer_ms(g.sms, g.clock_ghz) for g in gpus
+    ]
+    p = Problem(
+        rig=rig_name,
+        model=model_name,
+        layer_bytes=np.array(layer_bytes, dtype=np.int64),
+        expert_bytes=expert_bytes.astype(np.int64),
+        pair_layer=pair_layer,
+        pair_bytes=pair_bytes.astype(np.int64),
+        mass=pair_mass(model.curve, len(profile), profile.count) if profile is not None else np.zeros(0),
+        free=np.array([g.free for g in gpus], dtype=np.int64),
+        reserve=np.array([g.reserve for g in gpus], dtype=np.int64) + np.array(buffer, dtype=np.int64),
+        layer_ms=np.array(layer_ms, dtype=np.float64),
+        min_layers=np.array([g.min_layers for g in gpus], dtype=np.int64),
+        max_layers=np.array([min(g.max_layers or n, n) for g in gpus], dtype=np.int64),
+        gpu_names=[g.name if g.name is not None else f"GPU {i}" for i, g in enumerate(gpus)],
+        stage_bytes=model.stage_bytes,
+        first_stage_bytes=extra.pop("first_stage_bytes", model.first_stage_bytes),
+        last_stage_bytes=model.last_stage_bytes + extra.pop("last_stage_extra", 0),
+        first_stage_min_layers=rig.first_stage_min_layers,
+        miss_ms=rig.miss_ms,
+        handoff_ms=rig.handoff_ms,
+        network_handoff_ms=rig.network_handoff_ms,
+        idle_gpus=rig.idle_gpus,
+        **_hosts(rig),
+        order=rig.order,
+        objective=rig.objective,
+        context=context,
+        files=files,
+        experts=experts,
+        host_memory=rig.host_memory,
+        engine=rig.engine,
+        kv_per_layer=np.array(kv_per_layer_of(model), dtype=np.int64),
+        nextn_layers=model.nextn_layers,
+        kv_type=model.kv_type,
+        gguf=model.gguf,
+        hf_model=model.hf_model,
+        **extra,
+    )
+    _check_scales(p, files.get("rig", rig_name))
+    return p
+
+
+def _hosts(rig: RigConfig) -> dict:
+    """Host index of each GPU (hosts numbered in order of first appearance) and the host names."""
+    names = list(dict.fromkeys(g.host for g in rig.gpus))
+    return {
+        "gpu_host": np.array([names.index(g.host) for g in rig.gpus], dtype=np.int64),
+        "host_names": names,
+    }
+
+
+def _check_profile(profile: Profile, model: ModelConfig, experts: np.ndarray, model_file: str) -> None:
+    """A profile the model's experts and curve can use (strata)."""
+    check_against(profile, experts)
+    if not len(profile):
+        # a wrong or truncated file: nothing could be cached and the mass curves are undefined
+        raise InputError(profile.file, "ranks no pairs, so no expert could be cached")
+    if isinstance(model.curve, CountsCurve):
+        if profile.count is None:
+            raise InputError(
+                model_file,
+                f"the counts curve needs a profile with counts; {profile.file} has none",
+                key="curve.kind",
+            )
+        if not profile.count.any():
+            raise InputError(profile.file, "every count is 0, so the counts curve has no mass")
+
+
+def _check_scales(p: Problem, rig_file: str) -> None:
+    """Refuse a rig whose windows cannot be scored in whole units of 1e-6 ms, or held mass in 1e-12,
+    without CP-SAT's objective overflowing (solver.solvers.arcs scales every weight to integers)."""
+    worst = engine_named(p.engine).worst_window_ms(p)
+    if worst * COARSE_TIME_SCALE * p.most_arcs >= COEFF_BUDGET:
+        raise _too_long(p, rig_file, worst)
+    if p.objective == "mass" and MASS_SCALE * p.most_arcs >= COEFF_BUDGET:
+        raise InputError(
+            rig_file,
+            f"{p.most_arcs:,} (GPU, layer range) choices are too many to score held mass in units of "
+            f"1e-12; use objective time",
+            key="objective",
+        )
+
+
+def _too_long(p: Problem, rig_file: str, worst: float) -> InputError:
+    """The error for windows too long to score, at the key that makes them so: a mistyped rate (``55``
+    is 55 bytes per second) by its line, else the largest of the GPU, miss and hand-off times."""
+    what = (
+        f"a window could take {worst:.4g} ms over {p.most_arcs:,} (GPU, layer range) choices, too much "
+        f"to score in whole units of 1e-6 ms"
+    )
+    try:
+        doc: YamlDoc | None = load_yaml(Path(rig_file), rig_file)
+    except InputError:
+        doc = None
+    for doubt in rate_doubts(doc) if doc is not None else []:
+        return InputError(doubt.file, f"{doubt.message} ({what})", doubt.line, doubt.key)
+    engine = engine_named(p.engine)
+    gpu = engine.slowest_gpu_ms(p)
+    hop = max(p.handoff_ms, p.network_ms) * p.n_gpus
+    if engine.miss_rate_key and engine.miss_total_ms(p) >= max(gpu, hop):
+        key = engine.miss_rate_key
+        line = doc.line((key,)) if doc is not None else None
+        return InputError(rig_file, f"{what}; raise {key}", line, key)
+    return InputError(rig_file, f"{what}; lower layer_ms, miss_ms or handoff_ms")
+
+
+def _run_kv_type(
+    model: ModelConfig,
+    model_doc: YamlDoc,
+    rig: RigConfig,
+    rig_doc: YamlDoc,
+    override: str | None,
+    engine: Engine,
+) -> ModelConfig:
+    """The model with its KV bytes at the type the run uses: ``--kv-type``, else the rig's ``kv_type``,
+    else the model's own; an engine that cannot run that type is an input error at the key that set it."""
+    kv = override or rig.kv_type or model.kv_type
+    if kv not in engine.kv_types:
+        what = f"engine {engine.name} runs its KV cache at {', '.join(engine.kv_types)} only"
+        if override:
+            raise InputError(rig_doc.file, f"--kv-type {kv}: {what}")
+        doc = rig_doc if rig.kv_type else model_doc
+        hint = "" if rig.kv_type else f"; set kv_type: {engine.kv_types[0]} in the rig"
+        raise doc.error(("kv_type",), f"{kv}: {what}{hint}")
+    per_token = scale_per_kind(model.kv_bytes_per_token, model.kv_type, kv)
+    return model.model_copy(update={"kv_bytes_per_token": per_token, "kv_type": kv})
+
+
+def _launch_paths(model: ModelConfig, model_path: Path) -> ModelConfig:
+    """The model's ``gguf`` file as a path from the working directory (it is named relative to the model
+    file), and its ``hf_model`` likewise when that is a directory there (else a Hugging Face id)."""
+    update = {}
+    if model.gguf is not None:
+        update["gguf"] = shown_path(relative_to(model_path, model.gguf).resolve())
+    if model.hf_model is not None and relative_to(model_path, model.hf_model).is_dir():
+        update["hf_model"] = shown_path(relative_to(model_path, model.hf_model).resolve())
+    return model.model_copy(update=update) if update else model
+
+
+def _referenced(override: Path | None, named: str | None, holder: Path, doc: YamlDoc, key: str) -> Path:
+    """The file ``key`` names, relative to the file holding it, unless the command line gives one."""
+    if override is not None:
+        return override
+    if named is not None:
+        return relative_to(holder, named)
+    raise doc.error((key,), f"missing (required, or give --{key})")
+
+
+def load_problem(rig_path: Path, overrides: Overrides | None = None) -> Problem:
+    """Read a rig, its model and profile (or the overrides) into a Problem."""
+    ov = overrides or Overrides()
+    rig, rig_doc = load_rig(rig_path, REGISTRY)
+    model_path = _referenced(ov.model, rig.model, rig_path, rig_doc, "model")
+    model, model_doc = load_model(model_path)
+    update = {k: v for k, v in (("objective", ov.objective), ("order", ov.order), ("engine", ov.engine)) if v}
+    if ov.idle_gpus:
+        update["idle_gpus"] = True
+    if ov.host_bandwidth is not None and rig.host_bandwidth is None:
+        update["host_bandwidth"] = ov.host_bandwidth
+    if update:
+        rig = rig.model_copy(update=update)
+    check_host_runs(rig, rig_doc)
+    files = {"rig": rig_doc.file, "model": model_doc.file}
+    engine = engine_named(rig.engine)
+    engine.check_gpus(rig, rig_doc)
+    for need in engine.required:
+        doc, holder = (rig_doc, rig) if need.file == "rig" else (model_doc, model)
+        if getattr(holder, need.key) is None and (need.when is None or need.when(rig)):
+            raise doc.error((need.key,), f"missing (engine {engine.name} needs {need.what})")
+    model = _run_kv_type(model, model_doc, rig, rig_doc, ov.kv_type, engine)
+    model = _launch_paths(model, model_path)
+    profile = None
+    if engine.profile:  # the other engines hold whole tensors or everything: no profile
+        profile_path = _referenced(ov.profile, model.profile, model_path, model_doc, "profile")
+        profile = read_profile(profile_path, shown_path(profile_path))
+        files["profile"] = profile.file
+    return resolve(
+        rig,
+        model,
+        profile,
+        context=rig.context if ov.context is None else ov.context,
+        rig_name=rig.name or rig_path.stem,
+        model_name=model.name or model_path.stem,
+        files=files,
+        model_file=model_doc.file,
+    )

@@ -1,0 +1,162 @@
+"""A placement: its stages (each built from the fill its engine gives it), the window and held mass,
+and the rules every placement must keep. Engines evaluate placements (solver.engines.base)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from itertools import pairwise
+
+from solver.problem.problem import Problem
+
+
+@dataclass(frozen=True)
+class StageFill:
+    """What one stage holds, straight from the definition, in exact ints and float ms.
+
+    held/visible count the cached items (strata: profile pairs; llama.cpp: expert tensors;
+    resident: experts). ``offload`` lists the (layer, tensor names) llama.cpp leaves on the CPU.
+    ``fits``: the stage's range and what it must hold fit the GPU (room >= 0, and for the resident
+    engines every expert too). ``gpu_ms``: the stage's GPU time (None: its layers times the GPU's
+    layer_ms); ``miss_ms`` is the rest of its time, of which ``switch_ms`` device switches.
+    """
+
+    room: int
+    cache_bytes: int
+    held: int
+    visible: int
+    held_mass: float
+    miss_ms: float
+    host_bytes: int
+    spare_tokens: int | None = None
+    offload: list[tuple[int, tuple[str, ...]]] = field(default_factory=list)
+    fits: bool = True
+    gpu_ms: float | None = None
+    switch_ms: float = 0.0
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One pipeline stage: GPU ``gpu`` runs layers [start, end) and caches what fits."""
+
+    gpu: int
+    name: str
+    start: int
+    end: int
+    room_bytes: int
+    cache_bytes: int
+    held_pairs: int
+    visible_pairs: int
+    held_mass: float
+    compute_ms: float
+    miss_ms: float = 0.0
+    host_bytes: int = 0
+    spare_tokens: int | None = None
+    offload: list[tuple[int, tuple[str, ...]]] = field(default_factory=list)
+    fits: bool = True
+    switch_ms: float = 0.0
+
+    @classmethod
+    def of(cls, p: Problem, g: int, a: int, b: int, f: StageFill) -> Stage:
+        """GPU g running layers [a, b) with fill ``f``; its compute is the fill's GPU time, or the
+        layers times the GPU's ``layer_ms`` where the fill gives none."""
+        return cls(
+            gpu=g,
+            name=p.gpu_names[g],
+            start=a,
+            end=b,
+            room_bytes=f.room,
+            cache_bytes=f.cache_bytes,
+            held_pairs=f.held,
+            visible_pairs=f.visible,
+            held_mass=f.held_mass,
+            compute_ms=(b - a) * float(p.layer_ms[g]) if f.gpu_ms is None else f.gpu_ms,
+            miss_ms=f.miss_ms,
+            switch_ms=f.switch_ms,
+            host_bytes=f.host_bytes,
+            spare_tokens=f.spare_tokens,
+            offload=f.offload,
+            fits=f.fits,
+        )
+
+    @property
+    def stage_ms(self) -> float:
+        """The stage's compute plus the misses of its own layers (what batched serving waits on)."""
+        return self.compute_ms + self.miss_ms
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Stages in pipeline order, with the predicted window (ms) and held mass."""
+
+    stages: list[Stage]
+    window_ms: float
+    held_mass: float
+
+    @property
+    def cuts(self) -> list[int]:
+        return [s.start for s in self.stages[1:]]
+
+    @property
+    def gpus(self) -> list[int]:
+        return [s.gpu for s in self.stages]
+
+    @property
+    def held_pairs(self) -> int:
+        return sum(s.held_pairs for s in self.stages)
+
+    @property
+    def bottleneck_ms(self) -> float:
+        """The slowest stage, which sets a batched pipeline's pace."""
+        return max(s.stage_ms for s in self.stages)
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Decode speed: one token per window."""
+        return 1000.0 / self.window_ms if self.window_ms > 0 else float("inf")
+
+    @property
+    def host_bytes(self) -> int:
+        """Bytes of experts the plan leaves in host memory (the engine reads misses from there)."""
+        return sum(s.host_bytes for s in self.stages)
+
+    @property
+    def spare_tokens(self) -> int | None:
+        """The smallest stage's spare KV tokens (None: no stage keeps per-token KV, or a stage
+        does not fit at all)."""
+        if not all(s.fits for s in self.stages):
+            return None
+        spare = [s.spare_tokens for s in self.stages if s.spare_tokens is not None]
+        return min(spare) if spare else None
+
+
+def bounds_ok(p: Problem, cuts: list[int] | tuple[int, ...]) -> bool:
+    """Cuts strictly increasing inside (0, L) with one per stage boundary."""
+    b = [0, *cuts, p.n_layers]
+    return len(b) == p.n_gpus + 1 and all(x < y for x, y in pairwise(b))
+
+
+def handoffs_ms(p: Problem, gpus: list[int]) -> float:
+    """The boundaries' cost: ``network_handoff_ms`` where consecutive stages are on different hosts,
+    ``handoff_ms`` where they share one."""
+    hosts = p.hosts
+    return sum(p.handoff_ms if hosts[g] == hosts[h] else p.network_ms for g, h in pairwise(gpus))
+
+
+def feasible(p: Problem, plan: Placement) -> bool:
+    """Every feasibility rule: layer counts within each GPU's limits, every stage fits, each GPU
+    at most once (exactly once unless idle GPUs are allowed; in rig order as given), each host's stages
+    one run, and the experts left in host memory within ``host_memory``."""
+    for i, s in enumerate(plan.stages):
+        n = s.end - s.start
+        low = max(int(p.min_layers[s.gpu]), p.first_stage_min_layers if i == 0 else 1)
+        if not (low <= n <= p.max_layers[s.gpu]) or not s.fits:
+            return False
+    gpus = plan.gpus
+    if len(set(gpus)) != len(gpus) or (not p.idle_gpus and len(gpus) != p.n_gpus):
+        return False
+    if p.order == "as-given" and gpus != sorted(gpus):
+        return False
+    runs = [int(h) for i, h in enumerate(p.hosts[gpus]) if i == 0 or h != p.hosts[gpus[i - 1]]]
+    if len(runs) != len(set(runs)):
+        return False
+    return p.host_memory is None or plan.host_bytes <= p.host_memory

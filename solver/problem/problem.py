@@ -1,0 +1,194 @@
+"""The resolved problem: plain numpy arrays of layer bytes, rooms, speeds and masses (solver.planning.resolve
+builds one from files); the per-layer byte rules it is built by, and the same problem at another
+context."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from fractions import Fraction
+from math import ceil
+
+import numpy as np
+
+from solver.files.config import DEFAULT_ENGINE, ModelConfig
+from solver.files.kvcache import DEFAULT_KV_TYPE
+from solver.units import per_layer
+
+#: The engine's per-layer estimate: an RTX 5080 (84 SMs at 2.617 GHz) runs a layer in 0.33 ms.
+REFERENCE_LAYER_MS, REFERENCE_SMS, REFERENCE_GHZ = 0.33, 84, 2.617
+
+
+def estimate_layer_ms(sms: int, clock_ghz: float) -> float:
+    """``layer_ms = 0.33 * (84 * 2.617) / max(1, sms * clock_ghz)``: Strata's estimate."""
+    return REFERENCE_LAYER_MS * (REFERENCE_SMS * REFERENCE_GHZ) / max(1.0, sms * clock_ghz)
+
+
+@dataclass(frozen=True)
+class Speed:
+    """The rig's speed settings, resolved (solver.engines.bandwidth): per GPU (k,) and rig-wide.
+
+    bandwidth: bytes/s of each GPU (0 where its ``layer_ms`` is given instead); given: the GPU's own
+    ``layer_ms`` counts per layer.
+    """
+
+    bandwidth: np.ndarray
+    given: np.ndarray
+    efficiency: float
+    overhead_ms: float
+    switch_ms: float
+    depth: int
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Everything the planner needs, as arrays. L layers, k GPUs, N ranked pairs.
+
+    layer_bytes (L,)   bytes a stage holds per layer it runs (dense + state + KV at ``context``)
+    expert_bytes (L,)  bytes of one cached expert of each layer
+    experts (L,)       routed experts per layer (None: the profile's pairs per layer)
+    host_memory        bytes of host RAM for the experts no GPU holds (None: no limit)
+    engine             strata | llama.cpp | vllm | sglang (solver.engines)
+    kv_per_layer (L,)  KV bytes one token costs each layer (resident engines' spare KV)
+    unit_* (U,)        llama.cpp's expert tensors by layer, then the model's tensor order: layer,
+                       bytes, CPU ms per window, tensor names
+    gpu_host (k,)      index into host_names of each GPU's machine (None: all on one); a boundary
+                       between hosts costs network_handoff_ms (None: handoff_ms), within one handoff_ms
+    idle_gpus          the plan may leave GPUs out
+    speed              bandwidths and constants of the speed-from-bytes engines (None: every GPU's
+                       time per layer is its layer_ms); dense_bytes (L,) the weights a token reads per
+                       layer besides experts; active_experts the experts a token uses per MoE layer
+    host_bandwidth     bytes/s the CPU streams experts kept in host memory at (llama.cpp's unit_ms)
+    kv_type            the KV cache type the engine runs (solver.files.kvcache); kv bytes are at it
+    gguf, hf_model     what the engine's command loads, as the model file names it (None: unknown):
+                       the GGUF file (a path from the working directory), the checkpoint or its id
+    nextn_layers       blocks the engine's file holds after the planned layers (MTP), placed on the
+                       last device with the output
+    unit_slot (U,)     llama.cpp's unit's position among its layer's tensors (the model's order)
+    pair_layer (N,)    layer of rank r; pair_bytes (N,) its cached size; mass (N,) its routed mass
+    free, reserve (k,) bytes (reserve: the rig's plus the engine's own buffers on the card)
+    layer_ms (k,) ms per layer; min_layers, max_layers (k,)
+    """
+
+    rig: str
+    model: str
+    layer_bytes: np.ndarray
+    expert_bytes: np.ndarray
+    pair_layer: np.ndarray
+    pair_bytes: np.ndarray
+    mass: np.ndarray
+    free: np.ndarray
+    reserve: np.ndarray
+    layer_ms: np.ndarray
+    min_layers: np.ndarray
+    max_layers: np.ndarray
+    gpu_names: list[str]
+    stage_bytes: int = 0
+    first_stage_bytes: int = 0
+    last_stage_bytes: int = 0
+    first_stage_min_layers: int = 1
+    miss_ms: float = 190.0
+    handoff_ms: float = 0.0
+    order: str = "as-given"
+    objective: str = "time"
+    context: int = 0
+    files: dict[str, str] = field(default_factory=dict)
+    experts: np.ndarray | None = None
+    host_memory: int | None = None
+    engine: str = DEFAULT_ENGINE
+    kv_per_layer: np.ndarray | None = None
+    unit_layer: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    unit_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    unit_ms: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float64))
+    unit_names: list[tuple[str, ...]] = field(default_factory=list)
+    gpu_host: np.ndarray | None = None
+    host_names: list[str] = field(default_factory=lambda: ["local"])
+    network_handoff_ms: float | None = None
+    idle_gpus: bool = False
+    speed: Speed | None = None
+    dense_bytes: np.ndarray | None = None
+    active_experts: int = 0
+    unit_slot: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    nextn_layers: int = 0
+    host_bandwidth: int | None = None
+    kv_type: str = DEFAULT_KV_TYPE
+    gguf: str | None = None
+    hf_model: str | None = None
+
+    @property
+    def n_layers(self) -> int:
+        return len(self.layer_bytes)
+
+    @property
+    def n_gpus(self) -> int:
+        return len(self.free)
+
+    @property
+    def experts_per_layer(self) -> np.ndarray:
+        """Routed experts of each layer, shape (L,); problems built as bare arrays count the profile's."""
+        if self.experts is not None:
+            return self.experts
+        return np.bincount(self.pair_layer, minlength=self.n_layers).astype(np.int64)
+
+    @property
+    def hosts(self) -> np.ndarray:
+        """Host index of each GPU, shape (k,)."""
+        return self.gpu_host if self.gpu_host is not None else np.zeros(self.n_gpus, dtype=np.int64)
+
+    @property
+    def network_ms(self) -> float:
+        """What a boundary between two hosts costs."""
+        return self.handoff_ms if self.network_handoff_ms is None else self.network_handoff_ms
+
+    @property
+    def most_arcs(self) -> int:
+        """How many (GPU, start, end) arcs there could be before pruning."""
+        return self.n_gpus * self.n_layers * (self.n_layers + 1) // 2
+
+    def room(self, g: int, a: int, b: int) -> int:
+        """Exact room of GPU g running layers [a, b); negative means it does not fit."""
+        return (
+            int(self.free[g])
+            - int(self.reserve[g])
+            - self.stage_bytes
+            - (self.first_stage_bytes if a == 0 else 0)
+            - (self.last_stage_bytes if b == self.n_layers else 0)
+            - int(self.layer_bytes[a:b].sum())
+        )
+
+
+def _kinds(model: ModelConfig) -> list[str]:
+    n = model.layers
+    return [model.kinds[i % len(model.kinds)] for i in range(n)] if model.kinds else ["default"] * n
+
+
+def _by_kind(value: int | dict[str, int], kind: str) -> int:
+    return value.get(kind, 0) if isinstance(value, dict) else value
+
+
+def kv_per_layer_of(model: ModelConfig) -> list[int]:
+    """``kv_bytes_per_token[kind l]`` for every layer: what one more token of KV costs it."""
+    return [_by_kind(model.kv_bytes_per_token, kind) for kind in _kinds(model)]
+
+
+def layer_bytes_of(model: ModelConfig, context: int) -> list[int]:
+    """``dense_bytes[l] + state_bytes[kind l] + kv_bytes_per_token[kind l] * context``, exact ints."""
+    n = model.layers
+    kinds = _kinds(model)
+    by_kind = _by_kind
+    dense = per_layer(model.dense_bytes, n)
+    return [
+        dense[i]
+        + by_kind(model.state_bytes, kinds[i])
+        + by_kind(model.kv_bytes_per_token, kinds[i]) * context
+        for i in range(n)
+    ]
+
+
+def at_context(p: Problem, context: int, kv_scale: Fraction = Fraction(1)) -> Problem:
+    """The problem holding ``context`` tokens of KV cache, each value ``kv_scale`` times the model's
+    ``kv_bytes_per_token`` (another cache type): a layer's cache is ``ceil(kv * context * kv_scale)``."""
+    kv = p.kv_per_layer if p.kv_per_layer is not None else np.zeros(p.n_layers, dtype=np.int64)
+    base = p.layer_bytes - kv * p.context
+    cache = np.array([ceil(int(x) * context * kv_scale) for x in kv], dtype=np.int64)
+    return dataclasses.replace(p, layer_bytes=base + cache, context=context)

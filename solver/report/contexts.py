@@ -1,0 +1,127 @@
+"""``solve RIG --contexts 8K,32K,... [--kv-types f16,q8_0]``: context against speed, one plan each.
+
+A longer context takes VRAM the experts (or, for vLLM and SGLang, the spare KV) would have had, so it
+costs speed; a quantised KV cache gives some back. Each (context, KV type) is planned as its own
+problem, exactly as ``solve RIG --context N --kv-type T`` would plan it, and the plans are set side by
+side: tokens per second, the engine's default beside it, and what moved to the CPU or is left over.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from solver.engines import engine_of
+from solver.files.console import fit_names, print_lines
+from solver.files.kvcache import KV_TYPES
+from solver.planning.planner import Result, plan_rig
+from solver.planning.resolve import Overrides, load_problem
+from solver.solvers import Limits
+
+#: A context as users write it: tokens, or K (1,024 tokens, as llama.cpp's 128K is 131,072) or M.
+_CONTEXT = re.compile(r"(\d+)\s*([kKmM]?)")
+_SCALE = {"": 1, "k": 1024, "m": 1024**2}
+
+
+def parse_contexts(text: str) -> list[int]:
+    """``8K,32K,65536`` -> [8192, 32768, 65536], in the order given, each once; ValueError otherwise."""
+    contexts: list[int] = []
+    for part in text.split(","):
+        m = _CONTEXT.fullmatch(part.strip())
+        if m is None:
+            raise ValueError(f"expected contexts like 8K,32K,65536 (K is 1,024 tokens), got {part.strip()!r}")
+        tokens = int(m[1]) * _SCALE[m[2].lower()]
+        if tokens not in contexts:
+            contexts.append(tokens)
+    return contexts
+
+
+def parse_kv_types(text: str) -> list[str]:
+    """``f16,q8_0`` -> the KV cache types, each once; ValueError naming the known ones otherwise."""
+    types: list[str] = []
+    for part in (p.strip() for p in text.split(",")):
+        if part not in KV_TYPES:
+            raise ValueError(f"unknown KV cache type {part!r}; choose among {', '.join(KV_TYPES)}")
+        if part not in types:
+            types.append(part)
+    return types
+
+
+def short_context(tokens: int) -> str:
+    """8192 -> ``8K``, 131072 -> ``128K``; other counts as they are."""
+    return f"{tokens // 1024}K" if tokens and tokens % 1024 == 0 else f"{tokens:,}"
+
+
+@dataclass
+class Point:
+    """One (context, KV type) and its planning run."""
+
+    context: int
+    kv_type: str
+    result: Result
+
+
+def sweep(
+    rig: Path, overrides: Overrides, contexts: list[int | None], kv_types: list[str | None], limits: Limits
+) -> list[Point]:
+    """Plan the rig at every (KV type, context), KV types outermost; None keeps the rig's own."""
+    points = []
+    for kv in kv_types:
+        for context in contexts:
+            ov = dataclasses.replace(overrides, context=context, kv_type=kv)
+            r = plan_rig(load_problem(rig, ov), limits)
+            points.append(Point(r.problem.context, r.problem.kv_type, r))
+    return points
+
+
+def _tokens(r: Result) -> str:
+    return f"{r.plan.tokens_per_s:.2f}" if r.plan else "-"
+
+
+def _default(r: Result) -> str:
+    base = r.compared
+    if base.plan is None or not base.feasible:
+        return "no fit"
+    return f"{base.plan.tokens_per_s:.2f}"
+
+
+def sweep_table(points: list[Point]) -> Table:
+    """One row per point: context, KV type, tokens/s of the plan and of the engine's default, window,
+    the engine's own columns (what moved to the CPU, spare KV, held mass) and the cuts."""
+    engine = engine_of(points[0].result.problem)
+    t = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    default = points[0].result.compared.name
+    headers = ["context", "KV", "tokens/s", f"{default}\ntokens/s", "window\nms"]
+    headers += [name for name, _ in engine.sweep]
+    for h in headers:
+        t.add_column(h, justify="left" if h in ("context", "KV") else "right", no_wrap=True)
+    t.add_column("cuts", no_wrap=False)
+    for pt in points:
+        r = pt.result
+        plan = r.plan
+        row = [short_context(pt.context), pt.kv_type, _tokens(r), _default(r)]
+        row.append(f"{plan.window_ms:.2f}" if plan else "-")
+        row += [cell(plan) if plan else "-" for _, cell in engine.sweep]
+        row.append(", ".join(map(str, plan.cuts)) if plan else f"no plan: {r.status}")
+        t.add_row(*row)
+    return t
+
+
+def print_sweep(points: list[Point], console: Console) -> None:
+    """The title, the table, and why each point without a plan has none."""
+    p = points[0].result.problem
+    default = points[0].result.compared.name
+    title = f"{p.rig}: {p.model}, {p.n_layers} layers on {p.n_gpus} GPUs, engine {p.engine}"
+    notes = [f"{default} tokens/s: what `solve RIG` sets the plan beside ('no fit': it does not fit)"]
+    for pt in points:
+        if pt.result.plan is None:
+            notes.append(f"{short_context(pt.context)} {pt.kv_type}: {pt.result.reason}")
+    table = sweep_table(points)
+    fit_names(table, console, column_index=-1)
+    print_lines(console, f"[bold]{title}[/bold]", table, "\n".join(notes))

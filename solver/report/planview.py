@@ -1,0 +1,245 @@
+"""Results -> the JSON object (docs/reference.md, "The JSON object") and the human table."""
+
+from __future__ import annotations
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from solver.engines import engine_of
+from solver.engines.base import PlanCell, StageCell, ms
+from solver.files.console import fit_names, print_lines
+from solver.files.kvcache import DEFAULT_KV_TYPE
+from solver.planning.planner import Result
+from solver.problem.baselines import Baseline
+from solver.problem.placement import Placement
+from solver.problem.problem import Problem
+from solver.units import format_size
+
+
+def stage_json(plan: Placement, p: Problem) -> list[dict]:
+    """Each stage of a placement as the JSON report gives it, the engine's keys included."""
+    engine = engine_of(p)
+    return [
+        {
+            "gpu": s.gpu,
+            "name": s.name,
+            "start": s.start,
+            "end": s.end,
+            "layers": s.end - s.start,
+            "room_bytes": s.room_bytes,
+            "cache_bytes": s.cache_bytes,
+            "held_pairs": s.held_pairs,
+            "visible_pairs": s.visible_pairs,
+            "held_mass": s.held_mass,
+            "compute_ms": s.compute_ms,
+            "gpu_ms": s.compute_ms,
+            "stage_ms": s.stage_ms,
+            "host_bytes": s.host_bytes,
+            **engine.stage_json(s),
+        }
+        for s in plan.stages
+    ]
+
+
+def _baseline_json(b: Baseline) -> dict:
+    """A default split evaluated like the plan: the proportional baseline, or an engine's own default."""
+    plan = b.plan
+    out = {
+        "name": b.name,
+        "cuts": b.cuts,
+        "feasible": b.feasible,
+        "window_ms": plan.window_ms if plan else None,
+        "tokens_per_s": plan.tokens_per_s if plan else None,
+        "held_mass": plan.held_mass if plan else None,
+        "held_pairs": plan.held_pairs if plan else None,
+        "bottleneck_ms": plan.bottleneck_ms if plan else None,
+    }
+    if b.note:
+        out["note"] = b.note
+    if b.reason:
+        out["reason"] = b.reason
+    return out
+
+
+def _gap(value: float | None, bound: float | None) -> float | None:
+    if value is None or bound is None:
+        return None
+    return abs(value - bound) / max(abs(value), 1e-12)
+
+
+def _objective_value(plan: Placement, objective: str) -> float:
+    """What the objective (and so ``solver.bound``) measures: window ms, held mass, or slowest stage ms."""
+    return {"time": plan.window_ms, "mass": plan.held_mass}.get(objective, plan.bottleneck_ms)
+
+
+def to_json(r: Result) -> dict:
+    """The ``--json`` object: the required keys plus order, context and a few counts."""
+    p, plan = r.problem, r.plan
+    sol = r.solution
+    proven = r.status == "optimal"
+    objective_value = None if plan is None else _objective_value(plan, p.objective)
+    bound = objective_value if proven else sol.bound
+    out: dict = {
+        "rig": p.rig,
+        "model": p.model,
+        "objective": p.objective,
+        "order": p.order,
+        "context": p.context,
+        "kv_type": p.kv_type,
+        "status": r.status,
+        "window_ms": plan.window_ms if plan else None,
+        "tokens_per_s": plan.tokens_per_s if plan else None,
+        "held_mass": plan.held_mass if plan else None,
+        "held_pairs": plan.held_pairs if plan else 0,
+        "cuts": plan.cuts if plan else [],
+        "gpus": plan.gpus if plan else [],
+        "stages": stage_json(plan, p) if plan else [],
+        "engine": p.engine,
+        "bottleneck_ms": plan.bottleneck_ms if plan else None,
+        "host_bytes": plan.host_bytes if plan else None,
+        "idle": sorted(set(range(p.n_gpus)) - set(plan.gpus)) if plan else [],
+    }
+    if r.idle_cost_ms is not None:
+        out["idle_cost_ms"] = {str(g): ms for g, ms in r.idle_cost_ms.items()}
+    if plan and len(p.host_names) > 1:
+        for stage in out["stages"]:
+            stage["host"] = p.host_names[p.hosts[stage["gpu"]]]
+    out |= engine_of(p).plan_json(plan)
+    if r.reason:
+        out["reason"] = r.reason
+    out["baseline"] = _baseline_json(r.baseline)
+    if r.default is not None:
+        out["default"] = _baseline_json(r.default)
+    out["solver"] = {
+        "name": sol.name,
+        "proven_optimal": proven,
+        "wall_ms": r.wall_ms,
+        "table_ms": r.table_ms,
+        "bound": bound,
+        "gap": 0.0 if proven else _gap(objective_value, bound),
+        "arcs": len(r.arcs),
+        "solves": sol.work.solves,
+    }
+    if r.oracle is not None:
+        o = r.oracle
+        out["oracle"] = {
+            "name": o.name,
+            "status": o.status,
+            "window_ms": o.plan.window_ms if o.plan else None,
+            "held_mass": o.plan.held_mass if o.plan else None,
+            "cuts": o.plan.cuts if o.plan else [],
+            "gpus": o.plan.gpus if o.plan else [],
+            "agrees": o.agrees,
+            "wall_ms": o.wall_ms,
+        }
+    return out
+
+
+def _layers(a: int, b: int) -> str:
+    return f"{a}-{b - 1}"
+
+
+_FIRST: list[tuple[str, StageCell]] = [
+    ("GPU", lambda s: f"{s.gpu} {s.name}"),
+    ("layers", lambda s: _layers(s.start, s.end)),
+    ("room", lambda s: format_size(s.room_bytes)),
+]
+#: Shown with the throughput objective: the stage's time with the misses of its own layers.
+_STAGE: tuple[str, StageCell] = ("stage\nms", lambda s: ms(s.stage_ms))
+_WINDOW: list[tuple[str, PlanCell]] = [
+    ("window", lambda q: f"{q.window_ms:.3f} ms"),
+    ("tokens/s", lambda q: f"{q.tokens_per_s:.2f}"),
+    ("slowest stage", lambda q: f"{q.bottleneck_ms:.3f} ms"),
+]
+#: Left-aligned columns of the stage table: the rest are numbers.
+_LEFT = ("GPU", "layers")
+
+
+def stage_table(r: Result) -> Table:
+    """The plan's stages: GPU, layers, room, then the engine's columns (and the stage time with the
+    throughput objective). Only the GPU column may wrap (console.fit_names), so no number is ever cut
+    short."""
+    p, plan = r.problem, r.plan
+    t = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    columns = _FIRST + engine_of(p).columns + ([_STAGE] if p.objective == "throughput" else [])
+    for col, _ in columns:
+        t.add_column(col, justify="left" if col in _LEFT else "right", no_wrap=True)
+    for s in plan.stages:
+        t.add_row(*(cell(s) for _, cell in columns))
+    return t
+
+
+def listed(values: list[int], width: int) -> str:
+    """``8,16,33``, broken after a comma into lines of at most ``width`` characters (a long list of
+    cuts or GPUs in a narrow terminal wraps whole numbers, never inside one)."""
+    lines = [""]
+    for i, v in enumerate(values):
+        piece = f"{v}," if i < len(values) - 1 else str(v)
+        if lines[-1] and len(lines[-1]) + len(piece) > width:
+            lines.append("")
+        lines[-1] += piece
+    return "\n".join(lines)
+
+
+def compare_table(r: Result, width: int) -> Table:
+    """The plan beside what the engine does unasked (or the proportional split), row by row, within
+    ``width`` columns."""
+    p, plan, shown = r.problem, r.plan, r.compared
+    base = shown.plan
+    c = Table(show_header=True, box=box.SIMPLE_HEAD, pad_edge=False)
+    c.add_column("", no_wrap=True)
+    c.add_column(f"plan ({r.solution.name})", justify="right", no_wrap=True)
+    c.add_column(shown.name, justify="right", no_wrap=True)
+    room = max(8, (width - len("experts in host RAM") - 6) // 2)  # the longest label, three gaps
+    rows = [("cuts", listed(plan.cuts, room), listed(shown.cuts, room))]
+    for label, cell in _WINDOW + engine_of(p).summary:
+        rows.append((label, cell(plan), cell(base) if base else "-"))
+    rows.append(("fits memory", "yes", "yes" if shown.feasible else "[red]no[/red]"))
+    if plan.gpus != sorted(plan.gpus):
+        rows.insert(1, ("GPU order", listed(plan.gpus, room), listed(list(range(p.n_gpus)), room)))
+    for row in rows:
+        c.add_row(*row)
+    return c
+
+
+def print_report(r: Result, console: Console) -> None:
+    """Stages of the plan, the plan against the engine's default, and the solver's status."""
+    p, plan = r.problem, r.plan
+    title = f"{p.rig}: {p.model}, {p.n_layers} layers on {p.n_gpus} GPUs, context {p.context:,}"
+    if p.kv_type != DEFAULT_KV_TYPE:
+        title += f" ({p.kv_type} KV cache)"
+    if plan is None:
+        console.print(f"[bold]{title}[/bold]")
+        console.print(f"[red]{r.status}[/red]: {r.reason}")
+        if r.compared.reason:
+            console.print(f"{r.compared.name}: {r.compared.reason}")
+        return
+    stages = stage_table(r)
+    fit_names(stages, console)
+    print_lines(console, f"[bold]{title}[/bold]", stages)
+    shown = r.compared
+    print_lines(console, compare_table(r, console.width))
+    notes = [f"{shown.name}: {shown.note}"] if shown.note else []
+    for g in sorted(set(range(p.n_gpus)) - set(plan.gpus)):
+        ms_ = (r.idle_cost_ms or {}).get(g)
+        if r.idle_cost_ms is None:
+            cost = "left out (its cost is not computed on a rig this large)"
+        else:
+            cost = "no plan can use it" if ms_ is None else f"using it costs {ms_:+.3f} ms of window at best"
+        notes.append(f"idle: GPU {g} {p.gpu_names[g]}: {cost}")
+    sol = r.solution
+    proof = "optimal (proven)" if r.status == "optimal" else f"{r.status}, not proven"
+    if r.status != "optimal" and sol.bound is not None:
+        unit = "" if p.objective == "mass" else " ms"
+        proof += f"; bound {sol.bound:.6g}{unit}"
+    notes.append(
+        f"{sol.name}: {proof}, engine {p.engine}, objective {p.objective}, order {p.order}; "
+        f"{r.wall_ms:.0f} ms "
+        f"(table {r.table_ms:.1f} ms, {len(r.arcs):,} arcs, {sol.work.solves} solves)"
+    )
+    if r.oracle is not None:
+        o = r.oracle
+        verdict = "agrees" if o.agrees else "[red]DISAGREES[/red]"
+        notes.append(f"check: {o.name} {verdict} ({o.status}, {o.wall_ms:.0f} ms)")
+    print_lines(console, "\n".join(notes))
