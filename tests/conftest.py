@@ -10,15 +10,14 @@ runs with the example count its own ``@settings`` gives. A test parametrized ove
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
-import tiers
 from hypothesis import settings
 
+from tests.helpers import tiers
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 settings.register_profile("quick", max_examples=tiers.QUICK_EXAMPLES)
 

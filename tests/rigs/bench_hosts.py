@@ -13,8 +13,6 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path.cwd()))
-
 from solver.planning.planner import plan_rig
 from solver.planning.resolve import Overrides, load_problem
 

@@ -1,0 +1,44 @@
+"""Fidelity against the measured public runs (tests/fixtures/measured) must not get worse.
+
+tests/helpers/fidelity.py predicts every run before calibration (defaults, host_bandwidth half the nominal
+RAM rate) and after fitting each machine's constants to its first run or two (solve calibrate's fit).
+BASELINE is what it gave when recorded. A change to the time model, the defaults or the fit that
+makes any of these worse fails here; one that improves them should lower (or raise) the baseline to
+the new figures, and docs/fidelity.md shows the table (``python tests/helpers/fidelity.py``).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.helpers import fidelity
+
+#: Recorded with ``python tests/helpers/fidelity.py``: 23 runs on 9 machines, 12 of them held out.
+BASELINE = {
+    "before_median": 0.2843,  # median |error| in tokens/s, every run, defaults
+    "before_close": 8 / 23,  # share within 15%, every run, defaults
+    "after_median": 0.0063,  # median |error|, held-out runs, after calibration
+    "after_close": 9 / 12,  # share within 15%, held-out runs
+    "ratio_close": 19 / 23,  # same-machine speed ratios within 15%, after
+}
+#: Rounding of the recorded medians.
+SLACK = 5e-5
+
+
+@pytest.fixture(scope="module")
+def rows() -> list[fidelity.Row]:
+    return fidelity.table()
+
+
+def test_fidelity_is_no_worse_than_recorded(rows: list[fidelity.Row]) -> None:
+    s = fidelity.summary(rows)
+    assert s.held_out == 12 and s.pairs == 23
+    assert s.before_median <= BASELINE["before_median"] + SLACK
+    assert s.after_median <= BASELINE["after_median"] + SLACK
+    for key in ("before_close", "after_close", "ratio_close"):
+        assert getattr(s, key) >= BASELINE[key] - 1e-12, key
+
+
+def test_every_fixture_run_is_in_the_table(rows: list[fidelity.Row]) -> None:
+    assert len(rows) == 23 and len({r.machine for r in rows}) == 9
+    assert all(r.measured > 0 and r.before > 0 and r.after > 0 for r in rows)
