@@ -1,5 +1,7 @@
 """The package's modules import one way: no module reaches, through any chain of imports (at the top,
-inside a function or for type checking only), back to itself."""
+inside a function or for type checking only), back to itself; the rooms (solver/'s folders) import one
+way too; the solvers read only their table, never an engine; and solver/ itself holds only the entry
+point and what every room shares."""
 
 from __future__ import annotations
 
@@ -70,3 +72,63 @@ def test_no_module_imports_itself_back():
 def test_the_check_sees_a_circle():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert cycles({"a": {"a"}}) == [["a"]]
+
+
+#: What may lie loose in solver/: the entry point and what every room shares.
+TOP_LEVEL = {
+    "solver",
+    "solver.__main__",
+    "solver.errors",
+    "solver.exitcodes",
+    "solver.interrupt",
+    "solver.units",
+}
+
+#: What the solvers may import besides each other: the integer scales and Ctrl-C.
+SOLVER_READS = {"solver.problem.scales", "solver.interrupt"}
+
+
+def room(module: str) -> str:
+    """The folder of solver/ a module lives in (``solver.files.config`` -> ``files``), or its own name."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def rooms(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The import graph between rooms: an arrow where any module of one imports any of the other."""
+    out: dict[str, set[str]] = {room(m): set() for m in graph}
+    for a, targets in graph.items():
+        out[room(a)].update(room(b) for b in targets if room(b) != room(a))
+    return out
+
+
+def test_rooms_import_one_way():
+    assert cycles(rooms(imports())) == []
+
+
+def test_only_the_entry_point_and_shared_modules_lie_loose():
+    assert {m for m in imports() if m.count(".") < 2 and not m.endswith("__init__")} - {
+        f"solver.{r}" for r in rooms(imports())
+    } <= TOP_LEVEL
+
+
+def test_solvers_import_no_engine():
+    """Every solver reads the integer table alone: no engine, rig file or plan builder behind it."""
+    outside = {
+        b
+        for a, targets in imports().items()
+        if room(a) == "solvers"
+        for b in targets
+        if room(b) != "solvers" and b not in SOLVER_READS
+    }
+    assert outside == set()
+
+
+def test_the_room_check_sees_a_circle_between_folders():
+    graph = {
+        "solver.a.x": {"solver.b.y"},
+        "solver.b.y": {"solver.b.z"},
+        "solver.b.z": {"solver.a.w"},
+        "solver.a.w": set(),
+    }
+    assert cycles(rooms(graph)) == [["a", "b"]]
