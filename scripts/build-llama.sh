@@ -4,6 +4,7 @@
 # line saying which step failed and where its log is, exit 1.
 #   MOESPLIT_LLAMA_CACHE   cache root (default ~/.cache/moesplit)
 #   MOESPLIT_LLAMA_JOBS    parallel build jobs (default: the number of cores)
+# With --cached it only answers: the bin directory and exit 0 if the build is there, else exit 1.
 set -uo pipefail
 version=11434.0.0
 root=${MOESPLIT_LLAMA_CACHE:-$HOME/.cache/moesplit}
@@ -13,7 +14,14 @@ targets=(llama-fit-params ggml-rpc-server llama-bench)
 done_all=1
 for t in "${targets[@]}"; do [ -x "$bin/$t" ] || done_all=0; done
 if [ "$done_all" = 1 ]; then echo "$bin"; exit 0; fi
+[ "${1:-}" = --cached ] && exit 1
 mkdir -p "$dir"
+# one build at a time (test workers may ask at once); the others wait and find it done
+exec 9>"$dir/.lock"
+flock 9
+done_all=1
+for t in "${targets[@]}"; do [ -x "$bin/$t" ] || done_all=0; done
+if [ "$done_all" = 1 ]; then echo "$bin"; exit 0; fi
 log=$dir/build.log
 fail() { echo "build-llama: $1 failed (log: $log)" >&2; exit 1; }
 for tool in cmake g++; do command -v "$tool" >/dev/null || { echo "build-llama: $tool not found" >&2; exit 1; }; done

@@ -74,7 +74,10 @@ def run_oracle(
     policy: Policy = POLICY,
 ) -> Oracle:
     """Solve again with the route's oracle and compare plans (an unproven plan need only be no
-    better). With the engine's allowed ``orders``, in each of them."""
+    better). With the engine's allowed ``orders``, in each of them; with none allowed, no plan is the
+    only answer."""
+    if orders is not None and not orders:
+        return Oracle("the engine's orders", "infeasible", None, not solution.found, 0.0)
     check = oracle(arcs, solution, policy, orders)
     try:
         got = solve(check, arcs, limits, policy)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,6 +23,8 @@ from solver.solvers.exhaustive import solve_exhaustive
 from solver.solvers.route import exact_dp
 from tests.helpers.enginefactory import random_engine_problem
 from tests.helpers.tiers import examples
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _best_by_brute_force(p, g: int, a: int, b: int) -> tuple[float, list[int]] | None:
@@ -168,3 +172,18 @@ def test_sizes_without_a_large_common_divisor_fill_in_a_coarser_grain():
         assert w.host[0] == f.host_bytes and (w.gpu[0] + w.missed[0]) / 1e12 == pytest.approx(
             f.gpu_ms + f.miss_ms
         )
+
+
+def test_llama_cpp_refuses_more_gpus_than_its_tensor_split_takes(tmp_path):
+    """Sixteen GPUs for one llama.cpp: exit 3 with the reason (its -ts takes at most 15 values), never a
+    plan its export then refuses; with idle GPUs and --check too, where the oracle agrees."""
+    from tests.helpers.clirun import invoke
+    from tests.helpers.rigfiles import as_llama_rig
+
+    rig = as_llama_rig(ROOT / "rigs" / "sixteen.yaml", tmp_path)
+    for extra in ([], ["--idle-gpus", "--check"]):
+        result = invoke(rig, *extra)
+        assert result.exit_code == 3, result.output
+        out = json.loads(result.stdout)
+        assert "at most 15 GPUs" in out["reason"]
+        assert out.get("oracle") is None or out["oracle"]["agrees"]

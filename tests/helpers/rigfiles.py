@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -50,3 +51,23 @@ def tiny_rig(
     path = tmp_path / "rig.yaml"
     path.write_text(yaml.safe_dump(rig, sort_keys=False))
     return path
+
+
+def rig_model_path(text: str) -> str:
+    """The ``model:`` value of a rig file's text."""
+    line = next(ln for ln in text.splitlines() if ln.startswith("model:"))
+    return line.split(":", 1)[1].split("#")[0].strip().strip("\"'")
+
+
+def as_llama_rig(rig: Path, folder: Path) -> Path:
+    """The rig itself when it plans for llama.cpp, else a copy in ``folder`` that does: the engine named,
+    its model by absolute path, and a host bandwidth (the CPU's rate moves no placement's memory)."""
+    text = rig.read_text()
+    if re.search(r"^engine: *\"?llama\.cpp", text, re.M):
+        return rig
+    model = (rig.parent / rig_model_path(text)).resolve()
+    text = re.sub(r"^model:.*$", f'model: "{model}"', text, count=1, flags=re.M)
+    text = re.sub(r"^engine:.*$", "", text, flags=re.M)
+    out = folder / rig.name
+    out.write_text(f"{text}\nengine: llama.cpp\nhost_bandwidth: 60 GB/s\n")
+    return out

@@ -14,8 +14,16 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 
 from solver.engines.bandwidth import BytesSpeed
-from solver.engines.base import PlanCell, Required, Shape, StageCell, ms
-from solver.engines.export import Command, context_flag, device_order, llama_flags, placeholder, stage_sizes
+from solver.engines.base import Orders, PlanCell, Required, Shape, StageCell, ms
+from solver.engines.export import (
+    LLAMA_MAX_SPLITS,
+    Command,
+    context_flag,
+    device_order,
+    llama_flags,
+    placeholder,
+    stage_sizes,
+)
 from solver.engines.export_hosts import llama_rpc_lines
 from solver.engines.llamacpp.args import LlamaArgs, parse_llama_args
 from solver.engines.llamacpp.layout import COMPUTE_BUFFER, N_UBATCH, free_memory_split
@@ -111,6 +119,18 @@ class LlamaCpp(BytesSpeed):
     def miss_total_ms(self, p: Problem) -> float:
         c = Costs.of(p)
         return float(c.cpu.sum()) + float(c.switch.max(initial=0.0)) * int(c.n_moe[-1])
+
+    def orders(self, p: Problem) -> Orders | None:
+        """One llama.cpp runs at most LLAMA_MAX_SPLITS devices in a layer split: its --tensor-split
+        takes fewer values than llama_max_devices() (16). A larger rig is refused, idle GPUs or not (the
+        planner does not choose which GPUs to leave out to meet a count)."""
+        if p.n_gpus <= LLAMA_MAX_SPLITS:
+            return None
+        return Orders(
+            [],
+            f"llama.cpp splits layers over at most {LLAMA_MAX_SPLITS} GPUs (its --tensor-split takes at "
+            f"most {LLAMA_MAX_SPLITS} values); the rig lists {p.n_gpus}: list at most {LLAMA_MAX_SPLITS}",
+        )
 
     def default_split(self, p: Problem) -> Baseline:
         """Layers split by free memory (no ``--tensor-split``), with the smallest ``--n-cpu-moe`` that

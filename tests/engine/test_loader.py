@@ -1,0 +1,181 @@
+"""Every shipped rig's llama.cpp export, loaded by llama.cpp itself: its own loader log (``-v``) puts each
+layer on the device of the plan's stage and each expert tensor where the plan says.
+
+The devices are local rpc-servers (RPC0, RPC1, ... in the order the export lists its devices); the model
+is a sparse GGUF of the rig's model's real shapes. ``llama-fit-params --fit-print on`` loads the tensor
+infos without allocating anything, so the placement it logs is the one ``llama-server`` would make.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from solver.cli import cli
+from tests.conftest import SHIPPED_RIGS
+from tests.engine import harness
+from tests.helpers.rigfiles import as_llama_rig, rig_model_path
+
+#: The sparse model that has each shipped model file's layers, experts and tensor names.
+MODEL_OF = {
+    "qwen3-next-80b-a3b.yaml": "qwen3-next-80b-a3b",
+    "qwen3-next-80b-a3b-q4_k_m.yaml": "qwen3-next-80b-a3b",
+    "qwen3-235b-a22b.yaml": "qwen3-235b-a22b",
+    "qwen3-235b-a22b-q4_k_m.yaml": "qwen3-235b-a22b",
+    "qwen3-30b-a3b-q4_k_m.yaml": "qwen3-30b-a3b",
+    "qwen3-30b-a3b-fp8.yaml": "qwen3-30b-a3b",
+    "deepseek-v3.yaml": "deepseek-v3",
+    "deepseek-v3-q4_k_m.yaml": "deepseek-v3",
+    "gpt-oss-120b-mxfp4.yaml": "gpt-oss-120b",
+    "glm-4.5-air-q4_k_m.yaml": "glm-4.5-air",
+    "mixtral-8x22b-q4_k_m.yaml": "mixtral-8x22b",
+}
+RIGS = sorted(SHIPPED_RIGS.glob("*.yaml"))
+#: Shipped rigs that have no llama.cpp plan, and what the refusal says: six small cards cannot hold a
+#: layer of a model made for Strata's session buffers; sixteen GPUs exceed what -ts takes.
+NO_PLAN = {"six-auto": "cannot hold its minimum", "sixteen": "at most 15 GPUs"}
+
+
+def _solve(*args: str, status: int = 0) -> str:
+    result = CliRunner().invoke(cli, [*args, "--workers", "1"])
+    assert result.exit_code == status, result.output
+    return result.output
+
+
+def _model_file(rig: Path) -> str:
+    return Path(rig_model_path(rig.read_text())).name
+
+
+def _server_words(export: str) -> list[str]:
+    """The llama-server command of an export: its words after the program name."""
+    line = next(ln for ln in export.splitlines() if "llama-server " in ln and not ln.startswith("#"))
+    words = shlex.split(line)
+    return words[words.index("llama-server") + 1 :]
+
+
+def _devices(words: list[str], n_gpus: int) -> list[str]:
+    """The export's devices in llama.cpp's order: ``--device`` when given, else CUDA0.."""
+    if "--device" in words:
+        return words[words.index("--device") + 1].split(",")
+    return [f"CUDA{i}" for i in range(n_gpus)]
+
+
+def _for_rpc(words: list[str], devices: list[str], rpc: str) -> list[str]:
+    """The export's arguments on the test's devices: the i-th device is RPCi, the model the sparse file
+    (given separately), buffer names in ``-ot`` the RPC buffer types."""
+    ports = rpc.split(",")
+    rename = {d: f"RPC{i}[{ports[i]}]" for i, d in enumerate(devices)}
+    out: list[str] = []
+    skip = {"-m", "--rpc", "--device"}
+    it = iter(words)
+    for w in it:
+        if w in skip:
+            next(it)
+            continue
+        if out and out[-1] in ("-ot", "--override-tensor"):
+            w = ",".join(
+                f"{pat}={rename.get(buft, buft)}" for pat, buft in (r.rsplit("=", 1) for r in w.split(","))
+            )
+        out.append(w)
+    return [*out, "--device", ",".join(f"RPC{i}" for i in range(len(devices)))]
+
+
+@pytest.mark.parametrize("rig", RIGS, ids=[r.stem for r in RIGS])
+def test_export_loads_where_the_plan_says(rig: Path, llama_bin: Path, gguf_dir: Path, tmp_path: Path) -> None:
+    planned = as_llama_rig(rig, tmp_path)
+    if rig.stem in NO_PLAN:
+        assert NO_PLAN[rig.stem] in json.loads(_solve(str(planned), "--json", status=3))["reason"]
+        return
+    plan = json.loads(_solve(str(planned), "--json"))
+    export = _solve(str(planned), "--export", "llama.cpp")
+    check_loads(rig, plan, llama_bin, gguf_dir, export)
+
+
+def check_loads(rig: Path, plan: dict, llama_bin: Path, gguf_dir: Path, export: str | None = None) -> None:
+    """Load the plan's export (``export``, else the rig's own) in llama.cpp and compare its loader log
+    with the plan: every layer on its stage's device, the output on the last, exactly the plan's
+    offloaded expert tensors on the CPU."""
+    export = export or _solve(str(rig), "--export", "llama.cpp")
+    words = _server_words(export)
+    devices = _devices(words, len(plan["stages"]))
+    model, _ = harness.ensure_gguf(MODEL_OF[_model_file(rig)], gguf_dir)
+    with harness.rpc_servers(len(devices), llama_bin) as rpc:
+        args = ["-m", str(model), "--rpc", rpc, "--fit-print", "on", "-v", *_for_rpc(words, devices, rpc)]
+        done = subprocess.run([str(llama_bin / "llama-fit-params"), *args], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    log = harness.parse_loader_log(done.stderr)
+    position = {s["gpu"]: i for i, s in enumerate(plan["stages"])}
+    for stage in plan["stages"]:
+        want = f"RPC{position[stage['gpu']]}"
+        for layer in range(stage["start"], stage["end"]):
+            assert log.layer_device[layer] == want, (rig.stem, layer)
+    n_layers = plan["stages"][-1]["end"]
+    assert log.layer_device[max(log.layer_device)] == f"RPC{position[plan['stages'][-1]['gpu']]}"
+    offloaded = {
+        f"blk.{o['layer']}.{t}" for s in plan["stages"] for o in s.get("offload", []) for t in o["tensors"]
+    }
+    on_cpu = {
+        name.removesuffix(".weight")
+        for name, buft in log.tensor_buffer.items()
+        if buft.startswith("CPU") and re.match(r"blk\.\d+\.ffn_\w+_exps\.(weight|bias)$", name)
+    }
+    assert on_cpu == offloaded
+    assert max(log.layer_device) >= n_layers
+
+
+#: Cards the random rigs draw from (the card table knows their bandwidth).
+CARDS = ["RTX 3060 12GB", "RTX 3090", "RTX 4090", "RTX 4060 Ti 16GB", "RTX 5080"]
+#: Model files with a sparse twin, with their GGUF's MTP blocks exercised by glm-4.5-air.
+RANDOM_MODELS = ["qwen3-30b-a3b-q4_k_m.yaml", "gpt-oss-120b-mxfp4.yaml", "glm-4.5-air-q4_k_m.yaml"]
+
+
+def random_rig(seed: int, folder: Path) -> Path:
+    """A llama.cpp rig of 1-4 cards with random free memory, order and context, over one or two hosts."""
+    rng = random.Random(seed)
+    model = (SHIPPED_RIGS.parent / "models" / rng.choice(RANDOM_MODELS)).resolve()
+    k = rng.randint(1, 4)
+    hosts = rng.random() < 0.3 and k > 1
+    gpus = []
+    for g in range(k):
+        card = rng.choice(CARDS)
+        gpus.append(
+            {
+                "name": card,
+                "free": f"{rng.randint(4, 24) * 1024 - 700} MiB",
+                "reserve": "700 MiB",
+                **({"host": "a" if g < k // 2 + 1 else "b"} if hosts else {}),
+            }
+        )
+    rig = {
+        "name": f"random-{seed}",
+        "model": str(model),
+        "engine": "llama.cpp",
+        "host_bandwidth": "60 GB/s",
+        "order": rng.choice(["as-given", "auto"]),
+        "context": rng.choice([4096, 16384, 32768]),
+        "gpus": gpus,
+    }
+    path = folder / f"random-{seed}.yaml"
+    path.write_text(yaml.safe_dump(rig, sort_keys=False))
+    return path
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_random_rig_exports_load_where_the_plan_says(
+    seed: int, llama_bin: Path, gguf_dir: Path, tmp_path: Path
+) -> None:
+    rig = random_rig(seed, tmp_path)
+    result = CliRunner().invoke(cli, [str(rig), "--json", "--workers", "1"])
+    if result.exit_code == 3:  # nothing fits: the reason is the answer
+        assert json.loads(result.stdout)["reason"]
+        return
+    assert result.exit_code == 0, result.output
+    check_loads(rig, json.loads(result.stdout), llama_bin, gguf_dir)
