@@ -71,6 +71,19 @@ def test_llama_fill_is_the_best_subset(seed):
         p = dataclasses.replace(
             p, gpu_host=np.array([0, 1, 1]), host_names=["main", "far"], network_handoff_ms=0.7
         )
+    _assert_fills_are_the_best_subsets(p)
+
+
+@pytest.mark.parametrize("seed", [1547, 2044, *range(20)])
+def test_llama_fill_ties_follow_the_cpu_list(seed):
+    """Small stages whose sets of equal time differ in which layer's tensors stay on the CPU (seed
+    1547: a 20-byte tensor of layer 1 against its 8- and 12-byte ones; 2044: a layer held whole
+    against the same bytes over two layers): the fill follows every tie rule down to the last."""
+    _assert_fills_are_the_best_subsets(random_engine_problem(seed, "llama.cpp", n_layers=3, n_gpus=2))
+
+
+def _assert_fills_are_the_best_subsets(p) -> None:
+    """Every (GPU, range) that fits: the stage's fill and the table's cell are the brute force's."""
     table = build_table(p)
     for g, a, b in zip(*np.nonzero(table.room >= 0)):
         want = _best_by_brute_force(p, int(g), int(a), int(b))

@@ -95,10 +95,11 @@ def _rescale(fine: np.ndarray, scale: int) -> np.ndarray:
 
 
 def _classes(c: Costs, scale: int) -> list[list[int]]:
-    """GPUs whose units and switches are valued alike (the fill depends on the GPU only through them)."""
+    """GPUs whose units, held times and switches are valued alike (the fill and the sums it carries
+    depend on the GPU only through them)."""
     groups: dict[tuple, list[int]] = {}
     for g in range(c.held.shape[1]):
-        key = (np.rint(c.held[:, g] * scale).astype(np.int64).tobytes(), float(c.switch[g]))
+        key = (c.units(g, scale).value.tobytes(), _units_ms(c.held[:, g]).tobytes(), float(c.switch[g]))
         groups.setdefault(key, []).append(g)
     return list(groups.values())
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from solver.engines.bandwidth import dense_ms, per_byte_ms, speed_of
-from solver.engines.llamacpp.fill import Units, grain_of, pack
+from solver.engines.llamacpp.fill import Units, grain_of, pack, unit_values
 from solver.problem.problem import Problem
 from solver.units import per_layer
 
@@ -119,7 +119,7 @@ class Costs:
     def units(self, g: int, scale: int) -> Units:
         """GPU g's units for the fill, valued in integers of ``scale`` per ms."""
         n = len(self.dense)
-        value = np.rint(self.cpu * scale).astype(np.int64) - np.rint(self.held[:, g] * scale).astype(np.int64)
+        value = unit_values(self.cpu - self.held[:, g], self.size, scale)
         key, sigma = pack(value, round(float(self.switch[g]) * scale), n)
         return Units(self.layer, self.slot, self.fill_size, key, sigma, n)
 
