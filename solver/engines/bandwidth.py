@@ -188,6 +188,9 @@ def all_held_ms(p: Problem) -> np.ndarray:
 class BytesSpeed(Engine):
     """An engine whose GPU time is bytes over bandwidth (llama.cpp, vLLM, SGLang)."""
 
+    #: The speed model's constants (``resolve_speed``).
+    rig_keys: ClassVar[tuple[str, ...]] = ("gpu_efficiency", "layer_overhead_ms", "switch_ms", "depth")
+
     required: ClassVar[tuple[Required, ...]] = (
         Required(
             "model",

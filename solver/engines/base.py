@@ -154,7 +154,9 @@ class Engine:
     miss_label: ClassVar[str] = "misses"
     #: What the engine does, in a few words (rig files written for it say so).
     note: ClassVar[str] = ""
-    #: Rig-wide keys the engine reads besides the common ones (``rig new`` writes only these).
+    #: Rig-wide keys the engine reads besides the common ones (``rig new`` writes only these). The rig
+    #: file keeps them flat beside the common keys (solver.files.config.RigConfig gives their types);
+    #: the engine reads them in ``resolve_fields`` and checks them in ``required`` and ``check_gpus``.
     rig_keys: ClassVar[tuple[str, ...]] = ()
     #: The GPU keys that give the engine a card's speed.
     speed_keys: ClassVar[tuple[str, ...]] = ("mem_bandwidth",)

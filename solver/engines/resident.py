@@ -129,6 +129,7 @@ class Resident(BytesSpeed):
     """Every weight resident on its stage's GPU; the KV cache takes what is left."""
 
     holds = "weights, every expert, session"
+    rig_keys = (*BytesSpeed.rig_keys, "gpu_memory_utilization")
     note = "every weight in VRAM, one pipeline stage per GPU"
     #: The environment variable that takes the layers per stage.
     partition_env: ClassVar[str]

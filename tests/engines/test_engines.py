@@ -175,3 +175,13 @@ def test_sizes_without_a_large_common_divisor_fill_in_a_coarser_grain():
         assert w.host[0] == f.host_bytes and (w.gpu[0] + w.missed[0]) / 1e12 == pytest.approx(
             f.gpu_ms + f.miss_ms
         )
+
+
+def test_the_rig_keys_an_engine_reads_are_the_rig_files_and_each_engine_only_key_has_an_engine():
+    from solver.engines import REGISTRY
+    from solver.files.config import RigConfig
+
+    named = {key for engine in REGISTRY.values() for key in engine.rig_keys}
+    assert named <= set(RigConfig.model_fields)
+    only_some = {"miss_ms", "host_bandwidth", "gpu_efficiency", "layer_overhead_ms", "switch_ms", "depth"}
+    assert only_some | {"gpu_memory_utilization"} <= named

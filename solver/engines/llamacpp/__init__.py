@@ -65,7 +65,7 @@ class LlamaCpp(BytesSpeed):
 
     name = "llama.cpp"
     note = "expert tensors on a GPU or, beyond VRAM, on the CPU"
-    rig_keys = ("host_bandwidth", "host_memory")
+    rig_keys = ("host_bandwidth", "host_memory", *BytesSpeed.rig_keys)
     miss_rate_key = "host_bandwidth"
     reads_llama_bench = True
     miss_label = "CPU time (experts in host memory)"
