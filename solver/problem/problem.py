@@ -147,11 +147,6 @@ class Problem:
         )
 
 
-def with_engine_fields(p: Problem, **change: object) -> Problem:
-    """The problem with some of its engine's fields changed."""
-    return dataclasses.replace(p, engine_fields=dataclasses.replace(p.engine_fields, **change))
-
-
 def _kinds(model: ModelConfig) -> list[str]:
     n = model.layers
     return [model.kinds[i % len(model.kinds)] for i in range(n)] if model.kinds else ["default"] * n

@@ -14,13 +14,12 @@ from hypothesis import strategies as st
 from solver.engines import build_table, evaluate, stage_fill
 from solver.engines.bandwidth import dense_ms, per_byte_ms
 from solver.planning.build import build_arcs
-from solver.problem.problem import with_engine_fields
 from solver.problem.scales import SPARE_UNLIMITED
 from solver.solvers import plan_arcs
 from solver.solvers.cpsat import solve_cpsat
 from solver.solvers.exhaustive import solve_exhaustive
 from solver.solvers.route import exact_dp
-from tests.helpers.enginefactory import random_engine_problem
+from tests.helpers.enginefactory import random_engine_problem, with_engine_fields
 from tests.helpers.tiers import examples
 
 

@@ -28,7 +28,7 @@ from solver.engines.llamacpp.flags import FFN_EXPS_REGEX, moe_rules
 from solver.errors import ArgsError
 from solver.planning.planner import plan_rig
 from solver.planning.resolve import Overrides, load_problem
-from solver.problem.problem import Problem, with_engine_fields
+from solver.problem.problem import Problem
 from solver.solvers import Limits
 from tests.helpers.engine_mapping import (
     llama_cpu_moe_rules,
@@ -38,7 +38,7 @@ from tests.helpers.engine_mapping import (
     llama_split_none,
     llama_tensor_buft,
 )
-from tests.helpers.enginefactory import random_engine_problem
+from tests.helpers.enginefactory import random_engine_problem, with_engine_fields
 from tests.helpers.tiers import examples
 
 ROOT = Path(__file__).resolve().parents[2]

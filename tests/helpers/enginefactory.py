@@ -27,6 +27,11 @@ def _speed(rng: np.random.Generator, k: int) -> Speed:
     )
 
 
+def with_engine_fields(p: Problem, **change: object) -> Problem:
+    """The problem with some of its engine's fields changed."""
+    return dataclasses.replace(p, engine_fields=dataclasses.replace(p.engine_fields, **change))
+
+
 def random_engine_problem(seed: int, engine: str, **kw) -> Problem:
     """A random rig under ``engine``: llama.cpp gets 1-3 expert tensors per MoE layer of mixed sizes
     (some equal, so ties in the fill order matter); vllm/sglang get per-layer KV bytes per token."""
