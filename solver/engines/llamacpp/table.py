@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from solver.engines.base import Weights
+from solver.engines.llamacpp.fields import LlamaFields
 from solver.engines.llamacpp.fill import best_set, dense_table, uniform_table
 from solver.engines.llamacpp.tensors import Costs, decision_scale
 from solver.problem.placement import StageFill
@@ -135,7 +136,7 @@ def fill_of(p: Problem, c: Costs, g: int, a: int, b: int, held: np.ndarray, fits
     switch = float(c.switch[g]) * len(cpu_layers)
     held_bytes = int(c.size[on_gpu].sum())
     total = float(c.cpu.sum())
-    names = [p.unit_names[int(i)] for i in c.order]
+    names = [LlamaFields.of(p).unit_names[int(i)] for i in c.order]
     return StageFill(
         room=room,
         cache_bytes=held_bytes,
