@@ -67,6 +67,7 @@ class Problem:
     unit_slot (U,)     llama.cpp's unit's position among its layer's tensors (the model's order)
     pair_layer (N,)    layer of rank r; pair_bytes (N,) its cached size; mass (N,) its routed mass
     free, reserve (k,) bytes (reserve: the rig's plus the engine's own buffers on the card)
+    buffers (k,)       the engine's own buffers on each card, the part of reserve the engine takes
     layer_ms (k,) ms per layer; min_layers, max_layers (k,)
     """
 
@@ -114,6 +115,7 @@ class Problem:
     kv_type: str = DEFAULT_KV_TYPE
     gguf: str | None = None
     hf_model: str | None = None
+    buffers: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
     @property
     def n_layers(self) -> int:

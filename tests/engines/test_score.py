@@ -95,7 +95,7 @@ def test_export_lines_pasted_as_arguments_score_as_the_plan(rig: str) -> None:
 
 def test_n_cpu_moe_scores_as_the_default_split() -> None:
     """``--n-cpu-moe N`` with no -ts: llama.cpp's free-memory split, as the JSON ``default`` says."""
-    d = plan_json("rigs/llama-mix.yaml")
+    d = plan_json("rigs/llama-mix.yaml", "--default", "free-memory")
     n = int(d["default"]["note"].rsplit(" ", 1)[1])
     p = load_problem(ROOT / "rigs/llama-mix.yaml")
     s = score_words(p, ["llama-server", "-m", "model.gguf", "--n-cpu-moe", str(n)])

@@ -15,6 +15,7 @@ among them.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 
 import numpy as np
@@ -152,6 +153,15 @@ def layer_devices(p: Problem, args: LlamaArgs, dev: Devices) -> tuple[list[int],
     return gpus[: p.n_layers], gpus[n_blocks]
 
 
+@functools.lru_cache(maxsize=4096)
+def _dense_hit(pattern: str, n_blocks: int) -> str | None:
+    """The first dense tensor of blocks 0..n_blocks-1 an -ot rule's pattern finds, if any (cached: fit's
+    dry runs and a score repeat the same rules)."""
+    regex = re.compile(pattern)
+    names = (f"blk.{i}.{t}" for i in range(n_blocks) for t in DENSE_TENSORS)
+    return next((name for name in names if regex.search(name)), None)
+
+
 def _mains(names: tuple[str, ...]) -> list[str]:
     """A unit's own tensors (its bias and scale tensors go with them)."""
     return [n for n in names if base_tensor(n) == n] or list(names[:1])
@@ -170,10 +180,7 @@ def placed_bytes(
     for regex, _, shown in rules:
         if regex.pattern in own:
             continue
-        hit = next(
-            (f"blk.{i}.{t}" for i in range(n_blocks) for t in DENSE_TENSORS if regex.search(f"blk.{i}.{t}")),
-            None,
-        )
+        hit = _dense_hit(regex.pattern, n_blocks)
         if hit:
             notes.append(
                 f"-ot {shown} also matches {hit} and other tensors that are not routed experts; "
