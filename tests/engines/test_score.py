@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 import shlex
 from pathlib import Path
 
@@ -628,3 +629,19 @@ def test_strata_layer_split_scores_as_the_plan() -> None:
     p = load_problem(ROOT / "rigs/box.yaml")
     s = score_words(p, export_words(d["export"]["lines"][:-1]))
     assert s.window_ms == d["window_ms"]
+
+
+def test_fits_printed_command_scores_as_the_default_across_hosts() -> None:
+    """--fit's command as llama-fit-params prints it (``-ot`` to ``RPC0[host:port]`` buffer types) scores
+    as the JSON ``default`` says; a buffer type of an endpoint the command lacks is refused."""
+    d = plan_json("rigs/two-hosts.yaml")
+    words = d["default"]["command"]
+    p = load_problem(ROOT / "rigs/two-hosts.yaml")
+    s = score_words(p, ["llama-server", "-m", "model.gguf", *words])
+    assert math.isclose(s.window_ms, d["default"]["window_ms"], rel_tol=1e-9)
+    endpoint = words[words.index("--rpc") + 1].split(",")[0]
+    s = score_words(p, [*words, "-ot", rf"blk\.3\.ffn_down_exps=RPC0[{endpoint}]"])
+    assert s.window_ms > 0
+    for buft, why in ((f"RPC0[{endpoint}9]", "no --rpc endpoint"), (f"RPC1[{endpoint}]", "one GPU")):
+        with pytest.raises(ArgsError, match=re.escape(why)):
+            score_words(p, [*words, "-ot", rf"blk\.3\.ffn_down_exps={buft}"])

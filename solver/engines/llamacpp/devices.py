@@ -60,6 +60,7 @@ class Devices:
     cuda: list[int]
     rpc: list[int]
     model: list[int]
+    endpoints: tuple[str, ...] = ()
 
     def names(self) -> list[str]:
         """Every buffer type llama.cpp would list: the CPU and each device."""
@@ -70,9 +71,22 @@ class Devices:
         ]
 
     def of_buffer(self, buft: str, rule: str) -> int:
-        """The rig GPU (or CPU) a buffer type names; ArgsError for one llama.cpp would not know."""
+        """The rig GPU (or CPU) a buffer type names; ArgsError for one llama.cpp would not know.
+
+        An RPC device's buffer type is ``RPC<d>[host:port]`` (``ggml_backend_buft_name``: device d of the
+        server at that endpoint; what ``--fit`` prints), or ``RPC<i>`` for the i-th RPC device."""
         if buft == "CPU":
             return CPU
+        served = re.fullmatch(r"RPC(\d+)\[(.+)\]", buft)
+        if served:
+            if served.group(2) not in self.endpoints:
+                raise ArgsError(
+                    f"-ot {rule}: no --rpc endpoint {served.group(2)} (this command's: "
+                    f"{', '.join(self.endpoints) or 'none'})"
+                )
+            if served.group(1) != "0":
+                raise ArgsError(f"-ot {rule}: each --rpc endpoint is one GPU of the rig (device RPC0)")
+            return self.rpc[self.endpoints.index(served.group(2))]
         m = re.fullmatch(r"(CUDA|RPC)(\d+)", buft)
         devices = self.cuda if m and m.group(1) == "CUDA" else self.rpc
         if m is None or int(m.group(2)) >= len(devices):
@@ -116,7 +130,7 @@ def devices_of(p: Problem, args: LlamaArgs) -> Devices:
         if args.main_gpu >= len(model):
             raise ArgsError(f"-mg {args.main_gpu}: invalid main GPU ({len(model)} devices)")
         model = [] if args.main_gpu < 0 else [model[args.main_gpu]]
-    return Devices(cuda, rpc, model)
+    return Devices(cuda, rpc, model, args.rpc)
 
 
 def _rpc_gpus(p: Problem, endpoints: tuple[str, ...]) -> list[int]:
