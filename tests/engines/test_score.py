@@ -167,10 +167,12 @@ def test_random_rigs_plan_export_and_default_score_as_planned(seed: int) -> None
         ]
         lines = export_lines("llama.cpp", r.plan.gpus, r.plan.cuts, p.n_layers, offload)
         assert score_words(p, export_words(lines)).window_ms == r.plan.window_ms
-    default = r.default
+    default = engine_of(p).default_split(p, "free-memory")
     if default is not None and default.feasible:
         n = int(default.note.rsplit(" ", 1)[1])
         assert score_words(p, ["-ncmoe", str(n)]).window_ms == default.plan.window_ms
+    fit = r.default
+    assert fit.name == "fit" and score_words(p, fit.command).window_ms == fit.plan.window_ms
 
 
 # Any command, against llama.cpp's own mapping and the time model written out
