@@ -62,9 +62,10 @@ def verify(
     try:
         binary = find_fit_params(llama_bin)
         model_file = gguf or (Path(problem.gguf) if problem.gguf else None)
-        if model_file is None or not model_file.is_file():
-            what = f"the GGUF {model_file}" if model_file else "a GGUF (the model file names none)"
-            fail(f"verify: no {what}; give it with --gguf FILE (the first shard of a split model)")
+        if model_file is None:
+            fail("verify: the model file names no GGUF; give it with --gguf FILE (a split model's 1st shard)")
+        if not model_file.is_file():
+            fail(f"verify: no GGUF {model_file}; give it with --gguf FILE (a split model's first shard)")
         words = command_words(list(command))
         if not words:
             export = plan_export(plan_rig(problem))
