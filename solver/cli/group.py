@@ -23,7 +23,11 @@ class DefaultToPlan(click.Group):
     Subcommands in ``LAZY`` are imported only when named, so ``solve RIG`` never loads them.
     """
 
-    LAZY: ClassVar[dict[str, str]] = {"bench": "solver.cli.bench:bench", "score": "solver.cli.score:score"}
+    LAZY: ClassVar[dict[str, str]] = {
+        "bench": "solver.cli.bench:bench",
+        "score": "solver.cli.score:score",
+        "verify": "solver.cli.verify:verify",
+    }
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         known = (*self.commands, *self.LAZY, "--help", "-h", "--version")

@@ -106,6 +106,13 @@ def _progress(enabled: bool) -> tuple[Callable[[str, float, float], None] | None
     help="Add -fit off to the llama.cpp command: builds whose llama-server --help lists --fit.",
 )
 @click.option(
+    "--default",
+    "default",
+    type=click.Choice(["fit", "free-memory"]),
+    help="llama.cpp: set the plan beside what --fit chooses (the default, builds since late 2025) or "
+    "the older free-memory split with the least --n-cpu-moe that fits.",
+)
+@click.option(
     "--contexts",
     metavar="LIST",
     callback=lambda _ctx, _param, value: _listed(value, "parse_contexts"),
@@ -146,6 +153,7 @@ def plan_cmd(
     shell: str,
     kv_type: str | None,
     fit_off: bool,
+    default: str | None,
     contexts: list[int] | None,
     kv_types: list[str] | None,
     as_json: bool,
@@ -169,13 +177,14 @@ def plan_cmd(
                 f"{clash} plans one context and KV type; --contexts/--kv-types plan several"
             )
         limits = Limits(time_limit=time_limit, workers=workers)
-        _sweep(rig, overrides, contexts, kv_types, limits, as_json, out, plot)
+        _sweep(rig, overrides, contexts, kv_types, limits, as_json, out, plot, default)
         return
     if plot:
         from solver.report.plot import check_plot_file
 
         check_plot_file(plot, shown_path(plot))
     problem = load_problem(rig, overrides)
+    _check_default(default, problem.engine)
     refused = check_export_engine(export, problem.engine) if export else None
     if refused:
         raise InputError(shown_path(rig), f"--export {export}: {refused}")
@@ -192,6 +201,7 @@ def plan_cmd(
             problem,
             Limits(time_limit=time_limit, workers=workers, progress=progress, started=started),
             check=check,
+            default=default,
         )
     flags = _export_lines(export, result, shell, fit_off) if export and result.plan else []
     report = to_json(result)
@@ -222,6 +232,13 @@ def plan_cmd(
         sys.exit(ExitCode.DISAGREE)
 
 
+def _check_default(default: str | None, engine: str) -> None:
+    """``--default`` names one of the engine's defaults (llama.cpp's alone has several)."""
+    known = engine_named(engine).defaults
+    if default is not None and default not in known:
+        raise click.UsageError(f"--default {default}: the {engine} engine has one default, no choice")
+
+
 def _listed(value: str | None, parser: str) -> list | None:
     """A --contexts or --kv-types list, parsed by solver.report.contexts (imported only when one is given)."""
     if value is None:
@@ -243,6 +260,7 @@ def _sweep(
     as_json: bool,
     out: Path | None,
     plot: Path | None,
+    default: str | None = None,
 ) -> None:
     """``--contexts``/``--kv-types``: plan every (context, KV type), one table (or a JSON list, or a
     plot of tokens/s against context); exits 3 when no point has a plan (2 for bad input, through the
@@ -255,13 +273,14 @@ def _sweep(
 
         check_plot_file(plot, shown_path(plot))
     first = load_problem(rig, overrides)
+    _check_default(default, first.engine)
     for kv in kv_types or []:  # each type the engine runs, checked before any planning
         load_problem(rig, dataclasses.replace(overrides, kv_type=kv))
     for path in (out, plot):
         if path:
             output_kind(path, shown_path(path))
             refuse_inputs(path, shown_path(path), [Path(f) for f in first.files.values()])
-    points = sweep(rig, overrides, contexts or [None], kv_types or [None], limits)
+    points = sweep(rig, overrides, contexts or [None], kv_types or [None], limits, default)
     report = [to_json(pt.result) for pt in points]
     if out:
         write_json(out, report)

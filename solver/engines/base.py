@@ -230,8 +230,12 @@ class Engine:
         the rig's ``order`` allows."""
         return None
 
-    def default_split(self, p: Problem) -> Baseline | None:
-        """What the engine does unasked, evaluated like a plan; None where that is the proportional one."""
+    #: The engine's defaults a plan can be set beside (``--default``), the first unless one is named.
+    defaults: tuple[str, ...] = ()
+
+    def default_split(self, p: Problem, which: str | None = None) -> Baseline | None:
+        """What the engine does unasked (``which`` of ``defaults``), evaluated like a plan; None where
+        that is the proportional one."""
         return None
 
     def stage_json(self, stage: Stage) -> dict:

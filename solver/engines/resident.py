@@ -173,7 +173,7 @@ class Resident(BytesSpeed):
         """Layers per stage when no partition is given."""
         raise NotImplementedError
 
-    def default_split(self, p: Problem) -> Baseline:
+    def default_split(self, p: Problem, which: str | None = None) -> Baseline:
         """The engine's even partition, GPUs in rig order."""
         cuts = cuts_of(self.partition(p.n_layers, p.n_gpus))
         if not bounds_ok(p, cuts):

@@ -94,9 +94,14 @@ def run_oracle(
 
 
 def plan_rig(
-    p: Problem, limits: Limits | None = None, check: bool = False, policy: Policy = POLICY
+    p: Problem,
+    limits: Limits | None = None,
+    check: bool = False,
+    policy: Policy = POLICY,
+    default: str | None = None,
 ) -> Result:
-    """Plan one problem end to end (``policy``: the route's thresholds)."""
+    """Plan one problem end to end (``policy``: the route's thresholds; ``default``: which of the
+    engine's defaults to set the plan beside, its first by default)."""
     t0 = time.perf_counter()
     limits = limits or Limits()
     if limits.started is None:  # the limit bounds the whole run: the tables count
@@ -118,7 +123,7 @@ def plan_rig(
     wall_ms = (time.perf_counter() - t0) * 1e3
     status = solution.status if solution.found or solution.status == "infeasible" else "unknown"
     result = Result(p, status, plan, baseline, solution, arcs, table_ms, wall_ms, route=chosen)
-    result.default = engine_of(p).default_split(p)
+    result.default = engine_of(p).default_split(p, default)
     if status == "infeasible":
         ruled = rule is not None and rule.reason
         result.reason = rule.reason if ruled else explain(p, table, arcs, limits.left(t0), policy)

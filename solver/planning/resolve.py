@@ -106,6 +106,7 @@ def resolve(
         mass=pair_mass(model.curve, len(profile), profile.count) if profile is not None else np.zeros(0),
         free=np.array([g.free for g in gpus], dtype=np.int64),
         reserve=np.array([g.reserve for g in gpus], dtype=np.int64) + np.array(buffer, dtype=np.int64),
+        buffers=np.array(buffer, dtype=np.int64),
         layer_ms=np.array(layer_ms, dtype=np.float64),
         min_layers=np.array([g.min_layers for g in gpus], dtype=np.int64),
         max_layers=np.array([min(g.max_layers or n, n) for g in gpus], dtype=np.int64),

@@ -17,7 +17,8 @@ from solver.problem.placement import Placement
 class Baseline:
     """A default split, evaluated; ``plan`` is None when there is no split (``reason`` says why).
 
-    ``note`` says what the default is in a few words for the report.
+    ``note`` says what the default is in a few words for the report; ``command`` the words of the
+    command it amounts to, where the engine prints one (llama.cpp's ``--fit``).
     """
 
     cuts: list[int]
@@ -26,6 +27,7 @@ class Baseline:
     name: str = "proportional"
     note: str = ""
     reason: str | None = None
+    command: list[str] | None = None
 
 
 def cuts_of(counts: list[int]) -> list[int]:

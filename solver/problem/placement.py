@@ -106,8 +106,9 @@ class Placement:
 
     @property
     def bottleneck_ms(self) -> float:
-        """The slowest stage, which sets a batched pipeline's pace."""
-        return max(s.stage_ms for s in self.stages)
+        """The slowest stage, which sets a batched pipeline's pace (a command that runs every layer on
+        the CPU, as --fit chooses where no card can hold one, is one stage: the whole window)."""
+        return max((s.stage_ms for s in self.stages), default=self.window_ms)
 
     @property
     def tokens_per_s(self) -> float:

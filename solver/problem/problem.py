@@ -69,6 +69,7 @@ class Problem:
     kv_type            the KV cache type the engine runs (solver.files.kvcache); kv bytes are at it
     pair_layer (N,)    layer of rank r; pair_bytes (N,) its cached size; mass (N,) its routed mass
     free, reserve (k,) bytes (reserve: the rig's plus the engine's own buffers on the card)
+    buffers (k,)       the engine's own buffers on each card, the part of reserve the engine takes
     layer_ms (k,) ms per layer; min_layers, max_layers (k,)
     """
 
@@ -104,6 +105,7 @@ class Problem:
     network_handoff_ms: float | None = None
     idle_gpus: bool = False
     kv_type: str = DEFAULT_KV_TYPE
+    buffers: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
     @property
     def n_layers(self) -> int:

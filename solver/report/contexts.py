@@ -75,14 +75,20 @@ class Point:
 
 
 def sweep(
-    rig: Path, overrides: Overrides, contexts: list[int | None], kv_types: list[str | None], limits: Limits
+    rig: Path,
+    overrides: Overrides,
+    contexts: list[int | None],
+    kv_types: list[str | None],
+    limits: Limits,
+    default: str | None = None,
 ) -> list[Point]:
-    """Plan the rig at every (KV type, context), KV types outermost; None keeps the rig's own."""
+    """Plan the rig at every (KV type, context), KV types outermost; None keeps the rig's own
+    (``default``: which of the engine's defaults each plan is set beside)."""
     points = []
     for kv in kv_types:
         for context in contexts:
             ov = dataclasses.replace(overrides, context=context, kv_type=kv)
-            r = plan_rig(load_problem(rig, ov), limits)
+            r = plan_rig(load_problem(rig, ov), limits, default=default)
             points.append(Point(r.problem.context, r.problem.kv_type, r))
     return points
 

@@ -62,6 +62,14 @@ def _baseline_json(b: Baseline) -> dict:
     return out
 
 
+def speedup(r: Result) -> float | None:
+    """The plan's tokens/s over the engine's default's (None: either has no placement that fits)."""
+    base = r.default
+    if r.plan is None or base is None or base.plan is None or not base.feasible:
+        return None
+    return r.plan.tokens_per_s / base.plan.tokens_per_s
+
+
 def _gap(value: float | None, bound: float | None) -> float | None:
     if value is None or bound is None:
         return None
@@ -111,6 +119,11 @@ def to_json(r: Result) -> dict:
     out["baseline"] = _baseline_json(r.baseline)
     if r.default is not None:
         out["default"] = _baseline_json(r.default)
+        if r.default.command is not None:
+            out["default"]["command"] = r.default.command
+        gain = speedup(r)
+        if gain is not None:
+            out["default"]["speedup"] = gain
     out["solver"] = {
         "name": sol.name,
         "proven_optimal": proven,
@@ -221,6 +234,12 @@ def print_report(r: Result, console: Console) -> None:
     shown = r.compared
     print_lines(console, compare_table(r, console.width))
     notes = [f"{shown.name}: {shown.note}"] if shown.note else []
+    gain = speedup(r)
+    if gain is not None:
+        notes.append(
+            f"plan vs {shown.name}: {plan.tokens_per_s:.2f} vs {shown.plan.tokens_per_s:.2f} tokens/s, "
+            f"{100 * (gain - 1):+.1f}%"
+        )
     for g in sorted(set(range(p.n_gpus)) - set(plan.gpus)):
         ms_ = (r.idle_cost_ms or {}).get(g)
         if r.idle_cost_ms is None:

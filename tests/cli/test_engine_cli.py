@@ -37,7 +37,8 @@ def test_llama_mix_plans_and_the_oracle_agrees():
         assert all(s["start"] <= o["layer"] < s["end"] for o in s["offload"])
     assert d["bottleneck_ms"] == max(s["stage_ms"] for s in stages)
     assert d["host_bytes"] == sum(s["host_bytes"] for s in stages) <= 128 * 2**30
-    assert d["default"]["name"] == "free-memory" and d["baseline"]["name"] == "proportional"
+    assert d["default"]["name"] == "fit" and d["baseline"]["name"] == "proportional"
+    assert d["default"]["feasible"] and d["default"]["speedup"] >= 1
 
 
 def _llama_tiny(tmp_path, **rig):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 import shlex
 from pathlib import Path
 
@@ -95,7 +96,7 @@ def test_export_lines_pasted_as_arguments_score_as_the_plan(rig: str) -> None:
 
 def test_n_cpu_moe_scores_as_the_default_split() -> None:
     """``--n-cpu-moe N`` with no -ts: llama.cpp's free-memory split, as the JSON ``default`` says."""
-    d = plan_json("rigs/llama-mix.yaml")
+    d = plan_json("rigs/llama-mix.yaml", "--default", "free-memory")
     n = int(d["default"]["note"].rsplit(" ", 1)[1])
     p = load_problem(ROOT / "rigs/llama-mix.yaml")
     s = score_words(p, ["llama-server", "-m", "model.gguf", "--n-cpu-moe", str(n)])
@@ -166,10 +167,12 @@ def test_random_rigs_plan_export_and_default_score_as_planned(seed: int) -> None
         ]
         lines = export_lines("llama.cpp", r.plan.gpus, r.plan.cuts, p.n_layers, offload)
         assert score_words(p, export_words(lines)).window_ms == r.plan.window_ms
-    default = r.default
+    default = engine_of(p).default_split(p, "free-memory")
     if default is not None and default.feasible:
         n = int(default.note.rsplit(" ", 1)[1])
         assert score_words(p, ["-ncmoe", str(n)]).window_ms == default.plan.window_ms
+    fit = r.default
+    assert fit.name == "fit" and score_words(p, fit.command).window_ms == fit.plan.window_ms
 
 
 # Any command, against llama.cpp's own mapping and the time model written out
@@ -638,3 +641,19 @@ def test_strata_layer_split_scores_as_the_plan() -> None:
     p = load_problem(ROOT / "rigs/box.yaml")
     s = score_words(p, export_words(d["export"]["lines"][:-1]))
     assert s.window_ms == d["window_ms"]
+
+
+def test_fits_printed_command_scores_as_the_default_across_hosts() -> None:
+    """--fit's command as llama-fit-params prints it (``-ot`` to ``RPC0[host:port]`` buffer types) scores
+    as the JSON ``default`` says; a buffer type of an endpoint the command lacks is refused."""
+    d = plan_json("rigs/two-hosts.yaml")
+    words = d["default"]["command"]
+    p = load_problem(ROOT / "rigs/two-hosts.yaml")
+    s = score_words(p, ["llama-server", "-m", "model.gguf", *words])
+    assert math.isclose(s.window_ms, d["default"]["window_ms"], rel_tol=1e-9)
+    endpoint = words[words.index("--rpc") + 1].split(",")[0]
+    s = score_words(p, [*words, "-ot", rf"blk\.3\.ffn_down_exps=RPC0[{endpoint}]"])
+    assert s.window_ms > 0
+    for buft, why in ((f"RPC0[{endpoint}9]", "no --rpc endpoint"), (f"RPC1[{endpoint}]", "one GPU")):
+        with pytest.raises(ArgsError, match=re.escape(why)):
+            score_words(p, [*words, "-ot", rf"blk\.3\.ffn_down_exps={buft}"])

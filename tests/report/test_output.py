@@ -55,6 +55,7 @@ def test_help_shows_the_plan_usage_options_and_examples(args):
         "profile",
         "rig",
         "score",
+        "verify",
     ]  # plan is the default, not listed
 
 

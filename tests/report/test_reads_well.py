@@ -63,7 +63,7 @@ def test_a_default_that_cannot_fit_names_host_memory(tmp_path):
     gpus = [{"name": n, "free": 900, "mem_bandwidth": "500 GB/s"} for n in "ab"]
     extra = {"engine": "llama.cpp", "host_bandwidth": "60 GB/s", "host_memory": 1}
     rig = tiny_rig(tmp_path, gpus=gpus, rig_extra=extra, model_extra={"active_experts": 2})
-    res = run(rig, "--json", columns=None)
+    res = run(rig, "--json", "--default", "free-memory", columns=None)
     d = json.loads(res.stdout)
     note = d["default"]["note"]
     assert not d["default"]["feasible"], d["default"]
@@ -77,7 +77,7 @@ def test_a_default_that_cannot_hold_its_layers_names_the_gpu(tmp_path):
     rig = tiny_rig(
         tmp_path, gpus=gpus, rig_extra=extra, model_extra={"active_experts": 2, "stage_bytes": 800}
     )
-    res = run(rig, "--json", columns=None)
+    res = run(rig, "--json", "--default", "free-memory", columns=None)
     d = json.loads(res.stdout)
     note = d["default"]["note"]
     assert res.exit_code == 0 and not d["default"]["feasible"]  # the plan gives GPU a one layer

@@ -28,6 +28,7 @@ from solver.engines.export import (
 from solver.engines.export_hosts import llama_rpc_lines
 from solver.engines.llamacpp.args import LlamaArgs, parse_llama_args
 from solver.engines.llamacpp.fields import LlamaFields
+from solver.engines.llamacpp.fitdefault import fit_default
 from solver.engines.llamacpp.layout import COMPUTE_BUFFER, N_UBATCH, free_memory_split
 from solver.engines.llamacpp.score import score
 from solver.engines.llamacpp.table import LlamaTable, cpu_moe_fill, stage_fill
@@ -76,6 +77,7 @@ class LlamaCpp(BytesSpeed):
     rig_keys = ("host_bandwidth", "host_memory", *BytesSpeed.rig_keys)
     miss_rate_key = "host_bandwidth"
     reads_llama_bench = True
+    defaults = ("fit", "free-memory")
     miss_label = "CPU time (experts in host memory)"
     kv_types = tuple(KV_TYPES)
     columns: ClassVar[list[tuple[str, StageCell]]] = [
@@ -151,9 +153,13 @@ class LlamaCpp(BytesSpeed):
             f"most {LLAMA_MAX_SPLITS} values); the rig lists {p.n_gpus}: list at most {LLAMA_MAX_SPLITS}",
         )
 
-    def default_split(self, p: Problem) -> Baseline:
-        """Layers split by free memory (no ``--tensor-split``), with the smallest ``--n-cpu-moe`` that
-        makes every GPU fit."""
+    def default_split(self, p: Problem, which: str | None = None) -> Baseline:
+        """``fit`` (the default): what ``--fit`` places on the rig, its printed command scored
+        (solver.engines.llamacpp.fitdefault); ``free-memory``: what builds before ``--fit`` do, layers
+        split by free memory (no ``--tensor-split``) with the smallest ``--n-cpu-moe`` that makes every
+        GPU fit."""
+        if (which or self.defaults[0]) == "fit":
+            return fit_default(p, self)
         cuts = cuts_of(free_memory_split(p.free, p.n_layers, self.extra_blocks(p)))
         gpus = list(range(p.n_gpus))
         if not bounds_ok(p, cuts):

@@ -15,6 +15,7 @@ among them.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 
 import numpy as np
@@ -60,6 +61,7 @@ class Devices:
     cuda: list[int]
     rpc: list[int]
     model: list[int]
+    endpoints: tuple[str, ...] = ()
 
     def names(self) -> list[str]:
         """Every buffer type llama.cpp would list: the CPU and each device."""
@@ -70,9 +72,22 @@ class Devices:
         ]
 
     def of_buffer(self, buft: str, rule: str) -> int:
-        """The rig GPU (or CPU) a buffer type names; ArgsError for one llama.cpp would not know."""
+        """The rig GPU (or CPU) a buffer type names; ArgsError for one llama.cpp would not know.
+
+        An RPC device's buffer type is ``RPC<d>[host:port]`` (``ggml_backend_buft_name``: device d of the
+        server at that endpoint; what ``--fit`` prints), or ``RPC<i>`` for the i-th RPC device."""
         if buft == "CPU":
             return CPU
+        served = re.fullmatch(r"RPC(\d+)\[(.+)\]", buft)
+        if served:
+            if served.group(2) not in self.endpoints:
+                raise ArgsError(
+                    f"-ot {rule}: no --rpc endpoint {served.group(2)} (this command's: "
+                    f"{', '.join(self.endpoints) or 'none'})"
+                )
+            if served.group(1) != "0":
+                raise ArgsError(f"-ot {rule}: each --rpc endpoint is one GPU of the rig (device RPC0)")
+            return self.rpc[self.endpoints.index(served.group(2))]
         m = re.fullmatch(r"(CUDA|RPC)(\d+)", buft)
         devices = self.cuda if m and m.group(1) == "CUDA" else self.rpc
         if m is None or int(m.group(2)) >= len(devices):
@@ -116,7 +131,7 @@ def devices_of(p: Problem, args: LlamaArgs) -> Devices:
         if args.main_gpu >= len(model):
             raise ArgsError(f"-mg {args.main_gpu}: invalid main GPU ({len(model)} devices)")
         model = [] if args.main_gpu < 0 else [model[args.main_gpu]]
-    return Devices(cuda, rpc, model)
+    return Devices(cuda, rpc, model, args.rpc)
 
 
 def _rpc_gpus(p: Problem, endpoints: tuple[str, ...]) -> list[int]:
@@ -153,6 +168,15 @@ def layer_devices(p: Problem, args: LlamaArgs, dev: Devices) -> tuple[list[int],
     return gpus[: p.n_layers], gpus[n_blocks]
 
 
+@functools.lru_cache(maxsize=4096)
+def _dense_hit(pattern: str, n_blocks: int) -> str | None:
+    """The first dense tensor of blocks 0..n_blocks-1 an -ot rule's pattern finds, if any (cached: fit's
+    dry runs and a score repeat the same rules)."""
+    regex = re.compile(pattern)
+    names = (f"blk.{i}.{t}" for i in range(n_blocks) for t in DENSE_TENSORS)
+    return next((name for name in names if regex.search(name)), None)
+
+
 def _mains(names: tuple[str, ...]) -> list[str]:
     """A unit's own tensors (its bias and scale tensors go with them)."""
     return [n for n in names if base_tensor(n) == n] or list(names[:1])
@@ -171,10 +195,7 @@ def placed_bytes(
     for regex, _, shown in rules:
         if regex.pattern in own:
             continue
-        hit = next(
-            (f"blk.{i}.{t}" for i in range(n_blocks) for t in DENSE_TENSORS if regex.search(f"blk.{i}.{t}")),
-            None,
-        )
+        hit = _dense_hit(regex.pattern, n_blocks)
         if hit:
             notes.append(
                 f"-ot {shown} also matches {hit} and other tensors that are not routed experts; "

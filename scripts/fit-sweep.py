@@ -1,0 +1,90 @@
+"""Plan vs llama.cpp's --fit over emulated rigs: tokens/s of each and the gain, by model, card mix,
+card count and context (docs/engines.md, "--fit"). Every rig is planned with its own engine model;
+--fit's placement is fit.cpp's algorithm on the same memory count, its printed command scored.
+
+    python scripts/fit-sweep.py [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import statistics
+import tempfile
+from pathlib import Path
+
+from solver.planning.planner import plan_rig
+from solver.planning.resolve import load_problem
+from solver.solvers import Limits
+
+ROOT = Path(__file__).resolve().parents[1]
+MODELS = ["qwen3-235b-a22b-q4_k_m", "qwen3-30b-a3b-q4_k_m", "gpt-oss-120b-mxfp4", "glm-4.5-air-q4_k_m"]
+#: name, free VRAM, memory bandwidth
+CARDS = {
+    "4090": ("RTX 4090", "23.3 GiB", "1008 GB/s"),
+    "3090": ("RTX 3090", "23.3 GiB", "936 GB/s"),
+    "4060Ti": ("RTX 4060 Ti 16GB", "15.5 GiB", "288 GB/s"),
+    "3060": ("RTX 3060", "11.5 GiB", "360 GB/s"),
+}
+MIXES = [
+    "4090",
+    "3060",
+    "4090+3060",
+    "4090+3090",
+    "3090+4060Ti",
+    "4090+3090+3060",
+    "4090+3060+3060",
+    "3060+3060+3060+3060",
+    "4090+3090+4060Ti+3060",
+]
+CONTEXTS = [8192, 32768]
+
+
+def rig_text(model: str, mix: str, context: int) -> str:
+    gpus = "".join(
+        f"  - name: {name}\n    free: {free}\n    reserve: 700 MiB\n    mem_bandwidth: {bandwidth}\n"
+        for name, free, bandwidth in (CARDS[c] for c in mix.split("+"))
+    )
+    return (
+        f"name: {mix}\nmodel: {ROOT / 'models' / (model + '.yaml')}\nengine: llama.cpp\n"
+        f"host_bandwidth: 60 GB/s\ncontext: {context}\ngpus:\n{gpus}"
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    out = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for model, mix, context in itertools.product(MODELS, MIXES, CONTEXTS):
+            path = Path(tmp) / "rig.yaml"
+            path.write_text(rig_text(model, mix, context))
+            r = plan_rig(load_problem(path), Limits(workers=1))
+            fit = r.default
+            row = {
+                "model": model,
+                "mix": mix,
+                "context": context,
+                "plan": r.plan.tokens_per_s if r.plan else None,
+                "fit": fit.plan.tokens_per_s if fit.plan and fit.feasible else None,
+            }
+            row["gain"] = row["plan"] / row["fit"] if row["plan"] and row["fit"] else None
+            out.append(row)
+            print(
+                f"{model:24} {mix:24} {context:6} plan {row['plan'] or 0:8.2f} fit {row['fit'] or 0:8.2f} "
+                f"gain {(row['gain'] or 0):.3f}",
+                flush=True,
+            )
+    gains = [r["gain"] for r in out if r["gain"]]
+    print(
+        f"{len(gains)} rigs: gain median {statistics.median(gains):.3f}, "
+        f"min {min(gains):.3f}, max {max(gains):.3f}"
+    )
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,164 @@
+"""What llama.cpp does unasked since ``--fit`` (on by default since late 2025): ``fit`` (the algorithm,
+solver.engines.llamacpp.fit) run on the rig with moesplit's own memory count as its dry run, and the
+command it prints scored like any other (solver.engines.llamacpp.score).
+
+The dry run (``ProblemOracle``) places the dry run's ``-c -ngl -ts -ot`` as ``solve score`` does and
+reports per GPU ``model`` = what the card must hold for its layers and tensors (``Card.need_bytes``:
+weights, KV cache at the context, the first/last stage's extras with the output logits) and ``compute`` =
+the engine's buffer on the card (``Problem.buffers``); a card with nothing on it uses nothing, as in
+llama.cpp. ``free`` is the rig's ``free``: the margin is fit's own (1024 MiB per device), and the rig's
+``reserve`` is the plan's alone, so fit's placement fits the plan's rooms whenever a card's ``reserve``
+is at most 1024 MiB.
+
+The seam for llama.cpp's exact memory model (branch ``memory``, ``estimate(geometry, placement,
+flags)``): ``oracle_for`` is the one place that picks the dry run; once that model is in, a model file with
+a ``geometry:`` block gets an oracle answering from it, and this count stays for the others.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+
+from solver.engines.base import Engine
+from solver.engines.export import LLAMA_MAX_SPLITS
+from solver.engines.export_hosts import Hosts, llama_rpc_lines
+from solver.engines.llamacpp.args import parse_llama_args
+from solver.engines.llamacpp.fields import LlamaFields
+from solver.engines.llamacpp.fit import (
+    DeviceMemory,
+    DryRun,
+    FitDevice,
+    FitResult,
+    Measurement,
+    MiB,
+    ModelInfo,
+    Oracle,
+    UserParams,
+    fit,
+)
+from solver.engines.llamacpp.score import score
+from solver.problem.baselines import Baseline
+from solver.problem.problem import Problem
+from solver.problem.scored import Scored
+from solver.units import format_size
+
+#: fit's default margin per device (``-fitt``, common/arg.cpp).
+FIT_MARGIN = 1024 * MiB
+
+
+@dataclass(frozen=True)
+class FitRig:
+    """The rig as llama.cpp's fit sees it: the device flags every command carries (``--rpc``/``--device``
+    for a rig across machines, as the plan's export gives them), and per model device (in llama.cpp's
+    order) its rig GPU and its name and buffer type (``CUDA<i>``, ``RPC<i>`` with ``RPC0[host:port]``)."""
+
+    words: tuple[str, ...]
+    gpus: tuple[int, ...]
+    devices: tuple[FitDevice, ...]
+
+    @classmethod
+    def of(cls, p: Problem) -> FitRig:
+        gpus = list(range(p.n_gpus))
+        if len(p.host_names) == 1:
+            devs = [FitDevice(f"CUDA{g}", p.gpu_names[g], f"CUDA{g}") for g in gpus]
+            return cls((), tuple(gpus), tuple(devs))
+        hosts = Hosts(tuple(p.host_names[h] for h in p.hosts), local=p.host_names[0])
+        _, _, flags = llama_rpc_lines(hosts, gpus)
+        endpoints = flags[1].split(",")
+        remote = [g for g in gpus if hosts.names[g] != hosts.local]
+        local = [g for g in gpus if hosts.names[g] == hosts.local]
+        order = gpus if "--device" in flags else remote + local
+        devs = []
+        for g in order:
+            if g in remote:
+                i = remote.index(g)
+                devs.append(FitDevice(f"RPC{i}", endpoints[i], f"RPC0[{endpoints[i]}]"))
+            else:
+                i = local.index(g)
+                devs.append(FitDevice(f"CUDA{i}", p.gpu_names[g], f"CUDA{i}"))
+        return cls(tuple(flags), tuple(order), tuple(devs))
+
+
+def kv_words(p: Problem) -> list[str]:
+    """``-c`` and the KV cache types every dry run and the fitted command carry."""
+    words = ["-c", str(p.context)]
+    if p.kv_type != "f16":
+        words += ["-ctk", p.kv_type, "-ctv", p.kv_type, "-fa", "on"]
+    return words
+
+
+@dataclass
+class ProblemOracle:
+    """fit's dry run answered by moesplit's own memory count (see the module docstring)."""
+
+    p: Problem
+    rig: FitRig
+    engine: Engine
+
+    def __call__(self, run: DryRun) -> Measurement:
+        words = [*self.rig.words, *run.args()[2:], *kv_words(self.p)]  # run.args() starts with -c
+        scored = score(self.p, parse_llama_args(words), self.engine)
+        need = {c.gpu: c.need_bytes for c in scored.cards if c.gpu is not None}
+        buffers = self.p.buffers if len(self.p.buffers) else [0] * self.p.n_gpus
+        devices = []
+        for g in self.rig.gpus:
+            free = int(self.p.free[g])
+            used = need.get(g, 0)
+            compute = int(buffers[g]) if g in need else 0
+            devices.append(DeviceMemory(free, free, used, 0, compute))
+        host = next(c for c in scored.cards if c.gpu is None)
+        return Measurement(tuple(devices), DeviceMemory(0, 0, host.need_bytes, 0, 0))
+
+
+def oracle_for(p: Problem, rig: FitRig, engine: Engine) -> Oracle:
+    """The dry run fit runs on: moesplit's memory count (the seam for llama.cpp's exact model, see the
+    module docstring)."""
+    return ProblemOracle(p, rig, engine)
+
+
+def fit_rig(p: Problem, engine: Engine) -> tuple[FitResult, list[str]]:
+    """fit on the rig at its context (set, so never shrunk) with no placement given, as llama-server runs
+    with no -ngl/-ts/-ot; and the words of the command it amounts to (device flags, ``-c``, KV types and
+    fit's printed ``-ngl -ts -ot``; empty where fit gives up)."""
+    rig = FitRig.of(p)
+    n_expert = (
+        0 if not len(LlamaFields.of(p).unit_layer) else int(p.experts.max()) if p.experts is not None else 1
+    )
+    model = ModelInfo(p.n_layers, p.context, n_expert)  # n_ctx_train: only read with the context unset
+    user = UserParams(margins=(FIT_MARGIN,) * p.n_gpus, n_ctx=p.context)
+    res = fit(model, rig.devices, user, oracle_for(p, rig, engine))
+    printed = res.command()
+    if printed is None:
+        return res, []
+    return res, [*rig.words, *kv_words(p), *shlex.split(printed)[2:]]
+
+
+def fit_scored(p: Problem, engine: Engine) -> tuple[FitResult, list[str], Scored | None]:
+    """fit's command on the rig and its score (None where fit gives up)."""
+    res, words = fit_rig(p, engine)
+    if not words:
+        return res, words, None
+    return res, words, score(p, parse_llama_args(words), engine)
+
+
+def fit_default(p: Problem, engine: Engine) -> Baseline:
+    """llama.cpp's default since ``--fit``: fit's printed command on the rig, scored (``name`` "fit",
+    ``command`` the words ``solve score`` reads)."""
+    if p.n_gpus > LLAMA_MAX_SPLITS:
+        return Baseline(
+            [], False, None, "fit", reason=f"llama.cpp reads at most {LLAMA_MAX_SPLITS} -ts values back"
+        )
+    res, words, scored = fit_scored(p, engine)
+    if scored is None:
+        return Baseline([], False, None, "fit", reason=f"llama.cpp's --fit gives up: {res.message}")
+    plan = scored.placement
+    printed = res.command() or ""
+    n_rules = len(res.overrides)
+    note = " ".join(printed.split(" -ot ")[0].split()[2:]) + (f" and {n_rules} -ot rules" if n_rules else "")
+    note = f"what --fit chooses (on by default since late 2025): {note}"
+    if scored.fits:
+        return Baseline(plan.cuts, True, plan, "fit", note, command=words)
+    short = next(c for c in scored.cards if not c.fits)
+    why = f"--fit's command does not fit {short.name}: it lacks {format_size(short.shortfall)}"
+    return Baseline(plan.cuts, False, plan, "fit", note, reason=why, command=words)
