@@ -10,6 +10,8 @@ runs with the example count its own ``@settings`` gives. A test parametrized ove
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -63,6 +65,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         rig = shipped_rig(item)
         if rig is not None and rig.stem not in QUICK_RIGS:
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(scope="session")
+def plan_modules() -> frozenset[str]:
+    """The modules a fresh interpreter holds once it has imported what ``solve RIG`` runs (the CLI, the
+    planner, the plan's report): one interpreter per test process for every check of what planning
+    leaves unimported (matplotlib, the importers, NVML)."""
+    code = "import sys, solver.cli, solver.planning.planner, solver.report.planview; print(*sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    modules = frozenset(out.stdout.split())
+    assert "solver.planning.planner" in modules  # the list is the interpreter's, not empty
+    return modules
 
 
 @pytest.fixture

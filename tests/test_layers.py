@@ -6,6 +6,7 @@ point and what every room shares."""
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -16,6 +17,7 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+@functools.cache  # parsed once per process, for the checks that read it
 def imports() -> dict[str, set[str]]:
     """Each module of solver/ -> the modules of solver/ it imports anywhere in its text."""
     paths = {module_name(p): p for p in (ROOT / "solver").rglob("*.py")}

@@ -12,6 +12,8 @@ from solver.bench.timing import Settings, Timing
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from solver.bench.sweeprigs import SweepGrid
+
 
 def _ms(t: Timing) -> str:
     """A table cell: the median and the number of runs, then min-max in the median's unit."""
@@ -124,8 +126,7 @@ def to_json(
     imports: Timing,
     rows: list[RigBench],
     sweep_rows: list[RigBench] | None,
-    experts: int,
-    sweep_limit: float,
+    grid: SweepGrid | None,
 ) -> dict[str, Any]:
     """The ``--json`` object: settings, import time, one entry per rig and, with --sweep, per point."""
     out: dict[str, Any] = {
@@ -138,12 +139,8 @@ def to_json(
         "import": {"code": IMPORT_CODE, **imports.as_json()},
         "rigs": [r.as_json(imports.median) for r in rows],
     }
-    if sweep_rows is not None:
-        out["sweep"] = {
-            "experts": experts,
-            "time_limit_s": sweep_limit,
-            "rows": [r.as_json(imports.median) for r in sweep_rows],
-        }
+    if sweep_rows is not None and grid is not None:
+        out["sweep"] = grid.as_json([r.as_json(imports.median) for r in sweep_rows])
     return out
 
 

@@ -3,6 +3,7 @@ routing profile, all drawn from one seed."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -173,3 +174,70 @@ class SweepPoint:
             self.objective,
             self.idle_gpus,
         )
+
+
+@dataclass(frozen=True)
+class SweepGrid:
+    """The sweep's points, every GPU order x GPU count x layer count, and what they share: experts per
+    layer, the rig's shape, and how each is planned (``sweep_limit``: CP-SAT's seconds per plan)."""
+
+    gpus: list[int]
+    layers: list[int]
+    experts: int
+    sweep_limit: float
+    kinds: int
+    hosts: int
+    network_ms: float
+    orders: list[str]
+    objective: str
+    idle_gpus: bool
+
+    @property
+    def shape(self) -> SweepShape:
+        return SweepShape(self.kinds, self.hosts, self.network_ms)
+
+    def refused(self) -> str | None:
+        """Why one of the GPU counts cannot have the grid's shape (SweepShape.check), or None."""
+        return next((why for k in self.gpus if (why := self.shape.check(k))), None)
+
+    def points(self) -> Iterator[SweepPoint]:
+        """Each point with a layer for every GPU and two for the first (idle GPUs: two layers in all,
+        on one GPU), its seed drawn from its size."""
+        for order in self.orders:
+            for k in self.gpus:
+                for n in self.layers:
+                    if n >= (2 if self.idle_gpus else k + 1):
+                        yield SweepPoint(
+                            k * 1000 + n,
+                            k,
+                            n,
+                            self.experts,
+                            order,
+                            self.kinds,
+                            self.hosts,
+                            self.network_ms,
+                            self.objective,
+                            self.idle_gpus,
+                        )
+
+    def title(self) -> str:
+        """What every point shares, for the sweep table's title."""
+        kind_text = "every GPU a different card" if self.kinds == 0 else f"{self.kinds} card kinds"
+        hosts_text = f" per host, {self.hosts} hosts {self.network_ms:g} ms apart" if self.hosts > 1 else ""
+        idle = ", idle GPUs" if self.idle_gpus else ""
+        plan_text = f"objective {self.objective}{idle}, time limit {self.sweep_limit:g} s"
+        return f"{self.experts} experts per layer, {kind_text}{hosts_text}, {plan_text}"
+
+    def as_json(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
+        """The ``--json`` object's ``sweep``: the grid and the points' ``rows``."""
+        return {
+            "experts": self.experts,
+            "time_limit_s": self.sweep_limit,
+            "rows": rows,
+            "kinds": self.kinds,
+            "hosts": self.hosts,
+            "network_ms": self.network_ms,
+            "orders": self.orders,
+            "objective": self.objective,
+            "idle_gpus": self.idle_gpus,
+        }

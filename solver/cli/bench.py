@@ -3,22 +3,24 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import click
 
-from solver.bench.sweeprigs import CARDS, DEFAULT_HOSTS, DEFAULT_KINDS, DEFAULT_NETWORK_MS
+from solver.bench.sweeprigs import CARDS, DEFAULT_HOSTS, DEFAULT_KINDS, DEFAULT_NETWORK_MS, SweepGrid
+from solver.bench.timing import Settings
 from solver.cli.badinput import input_errors
 from solver.cli.options import (
     OBJECTIVES,
     PATH,
     SECONDS,
     Finite,
+    default_workers,
     defaulted,
     engine_option,
+    grouped,
     json_option,
     stacked,
     workers_option,
@@ -50,6 +52,28 @@ def _orders(ctx: click.Context, param: click.Parameter, value: str) -> list[str]
     if not out or set(out) - set(ORDERS):
         raise click.BadParameter(f"expected some of {', '.join(ORDERS)}, comma-separated; got {value!r}")
     return list(dict.fromkeys(out))
+
+
+@dataclass(frozen=True)
+class RigOptions:
+    """Which rig files are timed and how: repeats, budget, the fresh process, the oracle's limit,
+    CP-SAT's workers and the engine planned for."""
+
+    rig_args: tuple[Path, ...]
+    rigs: tuple[Path, ...]
+    repeat: int
+    budget: float
+    process: bool
+    exhaustive_limit: int
+    workers: int | None
+    engine: str | None
+
+    def paths(self) -> list[Path]:
+        """The --rig files and the arguments, each once, in order; else default_rigs()."""
+        return list(dict.fromkeys([*self.rigs, *self.rig_args])) or default_rigs()
+
+    def settings(self) -> Settings:
+        return Settings(self.repeat, self.budget, self.workers or default_workers(), self.exhaustive_limit)
 
 
 def default_rigs() -> list[Path]:
@@ -147,98 +171,28 @@ _SWEEP_OPTIONS = stacked(
 @engine_option("Plan every rig for this engine (default: each rig's own).")
 @json_option()
 @input_errors
-def bench(
-    rig_args: tuple[Path, ...],
-    rigs: tuple[Path, ...],
-    repeat: int,
-    budget: float,
-    sweep: bool,
-    gpus: list[int],
-    layers: list[int],
-    experts: int,
-    sweep_limit: float,
-    kinds: int,
-    hosts: int,
-    network_ms: float,
-    orders: list[str],
-    objective: str,
-    idle_gpus: bool,
-    process: bool,
-    exhaustive_limit: int,
-    workers: int | None,
-    engine: str | None,
-    as_json: bool,
-) -> None:
+@grouped(rig_options=RigOptions, grid=SweepGrid)
+def bench(rig_options: RigOptions, sweep: bool, grid: SweepGrid, as_json: bool) -> None:
     """Time table build, arcs, CP-SAT, DP, exhaustive and end to end on rigs (default: rigs/*.yaml here)."""
     from rich.console import Console
 
-    from solver.bench.fresh import fresh_point, import_time, process_time
-    from solver.bench.measure import RigBench, measure
+    from solver.bench.fresh import import_time
     from solver.bench.render import report, to_json
-    from solver.bench.sweeprigs import SweepPoint, SweepShape
-    from solver.bench.timing import Settings
-    from solver.cli.options import default_workers
-    from solver.planning.resolve import Overrides, load_problem
+    from solver.bench.suite import bench_rigs, bench_sweep, load_rig
 
-    def load(path: Path) -> Any:
-        problem = load_problem(path, Overrides(engine=engine))
-        return dataclasses.replace(problem, rig=f"{problem.rig} ({engine})") if engine else problem
-
-    shape = SweepShape(kinds, hosts, network_ms)
-    if sweep:
-        for k in gpus:
-            why = shape.check(k)
-            if why:
-                raise click.BadParameter(why, param_hint="--gpus")
-    paths = list(dict.fromkeys([*rigs, *rig_args])) or default_rigs()
-    problems = [load(path) for path in paths]
-    settings = Settings(repeat, budget, workers or default_workers(), exhaustive_limit)
+    why = grid.refused() if sweep else None
+    if why:
+        raise click.BadParameter(why, param_hint="--gpus")
+    paths = rig_options.paths()
+    problems = {path: load_rig(path, rig_options.engine) for path in paths}
+    settings = rig_options.settings()
     err = Console(stderr=True)
-    show = err.is_terminal and not as_json
-    imports = import_time(repeat)
-    rows: list[RigBench] = []
-    for path, problem in zip(paths, problems):
-        if show:
-            err.print(f"[dim]bench: {path} ...[/dim]")
-        row = measure(problem, settings, reload=lambda path=path: load(path))
-        if process:
-            row.pieces["solve process"] = process_time(path, settings, engine)
-        rows.append(row)
-    sweep_rows: list[RigBench] | None = None
-    if sweep:
-        sweep_settings = Settings(repeat, budget, settings.workers, exhaustive_limit, sweep_limit)
-        sweep_rows = []
-        for order, k, n in ((o, k, n) for o in orders for k in gpus for n in layers):
-            if n < (2 if idle_gpus else k + 1):  # every GPU runs a layer, the first two (idle: one GPU)
-                continue
-            if show:
-                err.print(f"[dim]bench: sweep {k} GPUs x {n} layers, {order} ...[/dim]")
-            point = SweepPoint(
-                k * 1000 + n, k, n, experts, order, kinds, hosts, network_ms, objective, idle_gpus
-            )
-            row = measure(point.problem(), sweep_settings)
-            row.fresh = fresh_point(point, sweep_settings)
-            sweep_rows.append(row)
+    note = err.print if err.is_terminal and not as_json else None
+    imports = import_time(rig_options.repeat)
+    rows = bench_rigs(problems, settings, rig_options.engine, rig_options.process, note)
+    sweep_rows = bench_sweep(grid, settings, note) if sweep else None
     if as_json:
-        out = to_json(settings, imports, rows, sweep_rows, experts, sweep_limit)
-        if sweep_rows is not None:
-            out["sweep"].update(
-                kinds=kinds,
-                hosts=hosts,
-                network_ms=network_ms,
-                orders=orders,
-                objective=objective,
-                idle_gpus=idle_gpus,
-            )
+        out = to_json(settings, imports, rows, sweep_rows, grid)
         click.echo(json.dumps(out, indent=2))
     else:
-        kind_text = "every GPU a different card" if kinds == 0 else f"{kinds} card kinds"
-        hosts_text = f" per host, {hosts} hosts {network_ms:g} ms apart" if hosts > 1 else ""
-        plan_text = f"objective {objective}{', idle GPUs' if idle_gpus else ''}, time limit {sweep_limit:g} s"
-        report(
-            settings,
-            imports,
-            rows,
-            sweep_rows,
-            f"{experts} experts per layer, {kind_text}{hosts_text}, {plan_text}",
-        )
+        report(settings, imports, rows, sweep_rows, grid.title())

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 import os
 from collections.abc import Callable
@@ -53,6 +55,24 @@ def stacked(*options: Callable[[F], F]) -> Callable[[F], F]:
         return fn
 
     return apply
+
+
+def grouped(**groups: type) -> Callable[[F], F]:
+    """A command callback that takes its options as frozen dataclasses, so that the work below it gets
+    a few typed objects instead of every option: each keyword names a parameter given an instance of
+    its class, built from the click parameters named like the class's fields; the other parameters
+    pass as they are."""
+
+    def wrap(fn: F) -> F:
+        @functools.wraps(fn)
+        def run(**params: Any) -> Any:
+            for name, cls in groups.items():
+                params[name] = cls(**{f.name: params.pop(f.name) for f in dataclasses.fields(cls)})
+            return fn(**params)
+
+        return run  # type: ignore[return-value]
+
+    return wrap
 
 
 def json_option(help: str = "Print one JSON object instead of tables.") -> Callable[[F], F]:

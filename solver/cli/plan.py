@@ -9,6 +9,7 @@ import sys
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,6 +26,7 @@ from solver.cli.options import (
     SECONDS,
     default_workers,
     engine_option,
+    grouped,
     json_option,
     workers_option,
 )
@@ -33,7 +35,7 @@ from solver.engines.export import check_export_engine
 from solver.engines.shells import DEFAULT_SHELL, SHELLS
 from solver.errors import InputError
 from solver.exitcodes import ExitCode
-from solver.files.atomicfile import atomic_open, output_kind, refuse_inputs
+from solver.files.atomicfile import check_outputs, refuse_inputs, write_json
 from solver.files.config import shown_path
 from solver.files.console import console as make_console
 from solver.files.kvcache import KV_TYPES
@@ -43,9 +45,81 @@ from solver.solvers import Limits
 
 if TYPE_CHECKING:
     from solver.planning.planner import Result
+    from solver.problem.problem import Problem
+    from solver.report.contexts import Point
 
 #: The statuses that come with a plan; any other (infeasible, unknown) exits ExitCode.NO_PLAN.
 PLANNED = ("optimal", "feasible")
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    """What is planned and how: the settings that replace the rig's own, and what the search may spend."""
+
+    model: Path | None
+    profile: Path | None
+    objective: str | None
+    order: str | None
+    idle_gpus: bool
+    context: int | None
+    time_limit: float | None
+    check: bool
+    engine: str | None
+    kv_type: str | None
+    default: str | None
+    workers: int
+
+    def overrides(self) -> Overrides:
+        return Overrides(
+            self.model,
+            self.profile,
+            self.objective,
+            self.order,
+            self.context,
+            self.engine,
+            self.idle_gpus,
+            kv_type=self.kv_type,
+        )
+
+    def limits(
+        self, progress: Callable[[str, float, float], None] | None = None, started: float | None = None
+    ) -> Limits:
+        return Limits(time_limit=self.time_limit, workers=self.workers, progress=progress, started=started)
+
+
+@dataclass(frozen=True)
+class OutputOptions:
+    """What is made of the plan: the engine command, JSON or tables, the files written."""
+
+    export: str | None
+    shell: str
+    fit_off: bool
+    as_json: bool
+    out: Path | None
+    plot: Path | None
+
+
+@dataclass(frozen=True)
+class SweepOptions:
+    """``--contexts``/``--kv-types``: the points that plan several (None: the one the rig says)."""
+
+    contexts: list[int] | None
+    kv_types: list[str] | None
+
+    @property
+    def given(self) -> bool:
+        return self.contexts is not None or self.kv_types is not None
+
+    @staticmethod
+    def clash(plan: PlanOptions, output: OutputOptions) -> str | None:
+        """The first option given that plans one point only, which a sweep refuses."""
+        alone = {
+            "--context": plan.context,
+            "--kv-type": plan.kv_type,
+            "--export": output.export,
+            "--check": plan.check or None,
+        }
+        return next((flag for flag, value in alone.items() if value is not None), None)
 
 
 def _progress(enabled: bool) -> tuple[Callable[[str, float, float], None] | None, AbstractContextManager]:
@@ -138,98 +212,102 @@ def _progress(enabled: bool) -> tuple[Callable[[str, float, float], None] | None
 )
 @workers_option(default=default_workers, show_default="cores, max 8")
 @input_errors
-def plan_cmd(
-    rig: Path,
-    model: Path | None,
-    profile: Path | None,
-    objective: str | None,
-    order: str | None,
-    idle_gpus: bool,
-    context: int | None,
-    time_limit: float | None,
-    check: bool,
-    engine: str | None,
-    export: str | None,
-    shell: str,
-    kv_type: str | None,
-    fit_off: bool,
-    default: str | None,
-    contexts: list[int] | None,
-    kv_types: list[str] | None,
-    as_json: bool,
-    out: Path | None,
-    plot: Path | None,
-    workers: int,
-) -> None:
+@grouped(plan=PlanOptions, output=OutputOptions, sweep=SweepOptions)
+def plan_cmd(rig: Path, plan: PlanOptions, output: OutputOptions, sweep: SweepOptions) -> None:
     """Plan RIG: choose the cuts (and GPU order) that minimise the decode window."""
     started = (
         interrupt.take_start() or time.perf_counter()
     )  # --time-limit counts the imports and the files too
     from solver.planning.planner import plan_rig
-    from solver.report.planview import print_report, to_json
+    from solver.report.planview import to_json
 
-    overrides = Overrides(model, profile, objective, order, context, engine, idle_gpus, kv_type=kv_type)
-    if contexts is not None or kv_types is not None:
-        alone = {"--context": context, "--kv-type": kv_type, "--export": export, "--check": check or None}
-        clash = next((flag for flag, value in alone.items() if value is not None), None)
+    if sweep.given:
+        clash = sweep.clash(plan, output)
         if clash:
             raise click.UsageError(
                 f"{clash} plans one context and KV type; --contexts/--kv-types plan several"
             )
-        limits = Limits(time_limit=time_limit, workers=workers)
-        _sweep(rig, overrides, contexts, kv_types, limits, as_json, out, plot, default)
+        _sweep(rig, plan, sweep, output)
         return
+    problem = _load(rig, plan, output)
+    warnings = doubts(problem)
+    progress, display = _progress(enabled=not output.as_json and sys.stderr.isatty())
+    with display:
+        result = plan_rig(problem, plan.limits(progress, started), check=plan.check, default=plan.default)
+    flags = _export_lines(output, result)
+    report = to_json(result)
+    if output.export:
+        report["export"] = {"engine": output.export, "shell": output.shell, "lines": flags}
+    _write(output, report, result)
+    for warning in warnings:  # after the files are written: a failed write stays one line
+        click.echo(str(warning), err=True)
+    _show(output, report, result, flags)
+    code = _exit_code(result)
+    if code:
+        sys.exit(code)
+
+
+def _load(rig: Path, plan: PlanOptions, output: OutputOptions) -> Problem:
+    """The rig's problem, once every file the command writes is known good: a plot format, a default
+    the engine has, an engine the export can drive, no output over an input or over the other output."""
+    _check_plot(output.plot)
+    problem = load_problem(rig, plan.overrides())
+    _check_default(plan.default, problem.engine)
+    refused = check_export_engine(output.export, problem.engine) if output.export else None
+    if refused:
+        raise InputError(shown_path(rig), f"--export {output.export}: {refused}")
+    check_outputs((output.out, output.plot), [Path(f) for f in problem.files.values()])
+    if output.out and output.plot:
+        refuse_inputs(output.plot, shown_path(output.plot), [output.out], "the --out file")
+    return problem
+
+
+def _check_plot(plot: Path | None) -> None:
+    """Refuse a --plot file whose format cannot be drawn (or without matplotlib), before any planning."""
     if plot:
         from solver.report.plot import check_plot_file
 
         check_plot_file(plot, shown_path(plot))
-    problem = load_problem(rig, overrides)
-    _check_default(default, problem.engine)
-    refused = check_export_engine(export, problem.engine) if export else None
-    if refused:
-        raise InputError(shown_path(rig), f"--export {export}: {refused}")
-    for path in (out, plot):
-        if path:
-            output_kind(path, shown_path(path))
-            refuse_inputs(path, shown_path(path), [Path(f) for f in problem.files.values()])
-    if out and plot:
-        refuse_inputs(plot, shown_path(plot), [out], "the --out file")
-    warnings = doubts(problem)
-    progress, display = _progress(enabled=not as_json and sys.stderr.isatty())
-    with display:
-        result = plan_rig(
-            problem,
-            Limits(time_limit=time_limit, workers=workers, progress=progress, started=started),
-            check=check,
-            default=default,
-        )
-    flags = _export_lines(export, result, shell, fit_off) if export and result.plan else []
-    report = to_json(result)
-    if export:
-        report["export"] = {"engine": export, "shell": shell, "lines": flags}
-    if out:
-        write_json(out, report)
-    if plot:
-        from solver.report.plot import plot_result
 
-        plot_result(result, plot, shown_path(plot))
-        click.echo(f"wrote {shown_path(plot)}", err=True)
-    for warning in warnings:  # after the files are written: a failed write stays one line
-        click.echo(str(warning), err=True)
-    if as_json:
+
+def _write(output: OutputOptions, report: object, drawn: Result | list[Point]) -> None:
+    """Write the --out JSON, then draw ``drawn`` (the plan, or a sweep's points) to the --plot file."""
+    if output.out:
+        write_json(output.out, report)
+    if output.plot:
+        from solver.report.plot import plot_result, plot_sweep
+
+        shown = shown_path(output.plot)
+        if isinstance(drawn, list):
+            plot_sweep(drawn, output.plot, shown)
+        else:
+            plot_result(drawn, output.plot, shown)
+        click.echo(f"wrote {shown}", err=True)
+
+
+def _show(output: OutputOptions, report: dict, result: Result, flags: list[str]) -> None:
+    """The plan on stdout: the JSON object, or the tables and the export's lines."""
+    from solver.report.planview import print_report
+
+    if output.as_json:
         click.echo(json.dumps(report, indent=2))
-    else:
-        console = make_console()
-        print_report(result, console)
-        if flags:
-            what = engine_named(export).export_noun
-            console.print(f"\n[bold]{export}[/bold] {what} ({shell}):")
-            for line in flags:
-                click.echo(line)
+        return
+    console = make_console()
+    print_report(result, console)
+    if flags:
+        what = engine_named(output.export).export_noun
+        console.print(f"\n[bold]{output.export}[/bold] {what} ({output.shell}):")
+        for line in flags:
+            click.echo(line)
+
+
+def _exit_code(result: Result) -> ExitCode | None:
+    """NO_PLAN without a plan, DISAGREE when --check's oracle disagrees, else None (exit 0)."""
     if result.plan is None or result.status not in PLANNED:
-        sys.exit(ExitCode.NO_PLAN)
+        return ExitCode.NO_PLAN
     if result.oracle is not None and not result.oracle.agrees:
-        sys.exit(ExitCode.DISAGREE)
+        return ExitCode.DISAGREE
+    return None
 
 
 def _check_default(default: str | None, engine: str) -> None:
@@ -251,47 +329,29 @@ def _listed(value: str | None, parser: str) -> list | None:
         raise click.BadParameter(str(exc)) from None
 
 
-def _sweep(
-    rig: Path,
-    overrides: Overrides,
-    contexts: list[int] | None,
-    kv_types: list[str] | None,
-    limits: Limits,
-    as_json: bool,
-    out: Path | None,
-    plot: Path | None,
-    default: str | None = None,
-) -> None:
+def _sweep(rig: Path, plan: PlanOptions, sweep: SweepOptions, output: OutputOptions) -> None:
     """``--contexts``/``--kv-types``: plan every (context, KV type), one table (or a JSON list, or a
     plot of tokens/s against context); exits 3 when no point has a plan (2 for bad input, through the
     plan command's ``input_errors``)."""
-    from solver.report.contexts import beyond_warnings, print_sweep, sweep
+    from solver.report.contexts import beyond_warnings, print_sweep
+    from solver.report.contexts import sweep as plan_points
     from solver.report.planview import to_json
 
-    if plot:
-        from solver.report.plot import check_plot_file
-
-        check_plot_file(plot, shown_path(plot))
+    _check_plot(output.plot)
+    overrides = plan.overrides()
     first = load_problem(rig, overrides)
-    _check_default(default, first.engine)
-    for kv in kv_types or []:  # each type the engine runs, checked before any planning
+    _check_default(plan.default, first.engine)
+    for kv in sweep.kv_types or []:  # each type the engine runs, checked before any planning
         load_problem(rig, dataclasses.replace(overrides, kv_type=kv))
-    for path in (out, plot):
-        if path:
-            output_kind(path, shown_path(path))
-            refuse_inputs(path, shown_path(path), [Path(f) for f in first.files.values()])
-    points = sweep(rig, overrides, contexts or [None], kv_types or [None], limits, default)
+    check_outputs((output.out, output.plot), [Path(f) for f in first.files.values()])
+    points = plan_points(
+        rig, overrides, sweep.contexts or [None], sweep.kv_types or [None], plan.limits(), plan.default
+    )
     report = [to_json(pt.result) for pt in points]
-    if out:
-        write_json(out, report)
-    if plot:
-        from solver.report.plot import plot_sweep
-
-        plot_sweep(points, plot, shown_path(plot))
-        click.echo(f"wrote {shown_path(plot)}", err=True)
+    _write(output, report, points)
     for warning in beyond_warnings(points):
         click.echo(warning, err=True)
-    if as_json:
+    if output.as_json:
         click.echo(json.dumps(report, indent=2))
     else:
         print_sweep(points, make_console())
@@ -299,17 +359,12 @@ def _sweep(
         sys.exit(ExitCode.NO_PLAN)
 
 
-def _export_lines(engine: str, result: Result, shell: str, fit_off: bool) -> list[str]:
-    """The lines that make ``engine`` run the plan, for ``shell``; a plan the engine cannot express (or
-    a word the shell cannot be given) exits 2."""
+def _export_lines(output: OutputOptions, result: Result) -> list[str]:
+    """The lines that make the --export engine run the plan, for --shell (none without a plan or an
+    --export); a plan the engine cannot express (or a word the shell cannot be given) exits 2."""
+    if not output.export or not result.plan:
+        return []
     try:
-        return plan_lines(result.problem, result.plan, shell, fit_off)
+        return plan_lines(result.problem, result.plan, output.shell, output.fit_off)
     except ValueError as exc:
-        fail(f"--export {engine}: {exc}")
-
-
-def write_json(out: Path, report: object) -> None:
-    """Write ``report`` as indented JSON to ``out``, atomically (a failed write leaves no half file)."""
-    with atomic_open(out, shown_path(out)) as f:
-        json.dump(report, f, indent=2)
-        f.write("\n")
+        fail(f"--export {output.export}: {exc}")

@@ -122,3 +122,26 @@ def refuse_inputs(out: Path, shown: str, inputs: Iterable[Path], what: str = "an
     for src in inputs:
         if _same(out, src):
             raise InputError(shown, f"refusing to overwrite {what} ({src}); choose another output")
+
+
+def check_outputs(outputs: Iterable[Path | None], inputs: Iterable[Path]) -> None:
+    """Refuse, before any work, each output given (None: not asked for) that cannot be written as a
+    file (output_kind) or would overwrite one of ``inputs``."""
+    from solver.files.config import shown_path  # pydantic, for the commands that read a rig
+
+    inputs = list(inputs)
+    for out in outputs:
+        if out:
+            output_kind(out, shown_path(out))
+            refuse_inputs(out, shown_path(out), inputs)
+
+
+def write_json(out: Path, report: object) -> None:
+    """Write ``report`` as indented JSON to ``out``, atomically (a failed write leaves no half file)."""
+    import json
+
+    from solver.files.config import shown_path
+
+    with atomic_open(out, shown_path(out)) as f:
+        json.dump(report, f, indent=2)
+        f.write("\n")

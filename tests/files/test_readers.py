@@ -242,7 +242,9 @@ def test_shipped_model_with_a_sparse_profile(base, write):
 @pytest.mark.parametrize(
     "case",
     [
-        pytest.param("gpus: " + "[" * 3000 + "]" * 3000, id="deep"),
+        # slow: test_deep_nesting refuses the same file in process, and tests/cli's
+        # test_console_script_runs_without_traceback a bad rig in a fresh interpreter
+        pytest.param("gpus: " + "[" * 3000 + "]" * 3000, id="deep", marks=pytest.mark.slow),
         pytest.param("a: &x [*x]\ngpus: []", id="self-alias", marks=pytest.mark.slow),
         pytest.param(
             "\n".join(

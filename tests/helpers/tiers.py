@@ -8,7 +8,7 @@ The quick tier (``python -m pytest -m "not slow"``) runs each hypothesis test on
 from __future__ import annotations
 
 #: Examples per hypothesis test in the quick tier (the full suite runs 40 to 400 per test).
-QUICK_EXAMPLES = 25
+QUICK_EXAMPLES = 15
 
 #: Whether this run is the quick tier.
 quick = False

@@ -7,6 +7,7 @@ import dataclasses
 import itertools
 
 import numpy as np
+import pytest
 
 from solver.engines import build_table
 from solver.planning.build import build_arcs
@@ -45,8 +46,18 @@ def host_sums(seed: int) -> int:
     return len(sums)
 
 
-def test_every_limit_gives_the_enumerated_plan():
-    assert max(host_sums(seed) for seed in range(6)) > 1  # and some limit changed the plan
+#: The random rigs, the ones that choose the GPU order (slower to enumerate) for the full suite only.
+SEEDS = [s if s % 2 == 0 else pytest.param(s, marks=pytest.mark.slow) for s in range(6)]
+#: A seed of the quick tier whose limits change the plan (its plans have more than one host total).
+BINDING = 2
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_every_limit_gives_the_enumerated_plan(seed):
+    """Even seeds (the quick tier's) keep the rig's GPU order, odd ones choose it (slower to enumerate)."""
+    sums = host_sums(seed)
+    if seed == BINDING:
+        assert sums > 1
 
 
 def test_a_limit_nothing_meets_is_explained():
