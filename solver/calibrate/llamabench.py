@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from solver.calibrate.measured import GPU_NAME, Run, buffer_name
-from solver.errors import InputError, brief, read_input
+from solver.errors import InputError, brief
+from solver.files.bounded import BENCH_LIMIT, read_bounded
 from solver.files.config import ModelConfig
 from solver.units import format_size, per_layer
 
@@ -68,7 +69,7 @@ def read_bench(path: Path, shown: str, expect: Expect) -> tuple[list[Run], list[
 
     Raises InputError (naming the file) for a file that is not llama-bench JSON or JSONL.
     """
-    text = read_input(path, shown, WHAT).decode("utf-8", errors="replace")
+    text = read_bounded(path, shown, WHAT, BENCH_LIMIT).decode("utf-8", errors="replace")
     runs: list[Run] = []
     notes: list[str] = []
     prompt_rows = 0

@@ -24,6 +24,7 @@ from solver.calibrate.speedfit import CONSTANTS, Design, Fitted, fit, from_x, le
 from solver.engines import REGISTRY, Engine, engine_named, engine_of
 from solver.engines.bandwidth import speed_of, with_constants
 from solver.errors import ArgsError, InputError
+from solver.files.bounded import YAML_LIMIT, read_bounded
 from solver.files.config import ModelConfig, load_model, load_rig, relative_to, shown_path
 from solver.planning.resolve import Overrides, load_problem
 from solver.problem.problem import Problem
@@ -186,7 +187,7 @@ def load(rig_path: Path, model_path: Path | None) -> Setup:
     model, _ = load_model(path)
     p = load_problem(rig_path, Overrides(model=model_path, host_bandwidth=START_HOST_BANDWIDTH))
     start = [] if rig.host_bandwidth is not None else ["host_bandwidth"]
-    text = rig_path.read_text(encoding="utf-8")
+    text = read_bounded(rig_path, doc.file, "a YAML file", YAML_LIMIT).decode("utf-8")
     return Setup(p, text, doc.file, path, model, rig.model, start)
 
 

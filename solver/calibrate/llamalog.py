@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from solver.calibrate.measured import Run
-from solver.errors import InputError, read_input
+from solver.errors import InputError
+from solver.files.bounded import LOG_LIMIT, read_bounded
 
 _MS = r"([0-9]*\.?[0-9]+)\s*ms\s*/\s*(\d+)\s*(?:tokens|runs)"
 PROMPT_LINE = re.compile(rf"prompt eval time\s*=\s*{_MS}")
@@ -40,7 +41,9 @@ class LogFile:
 
 def read_log(path: Path, shown: str, words: tuple[str, ...], flags: str) -> LogFile:
     """The runs and buffers of a llama-server or llama-cli log run with ``words`` (``flags`` as typed)."""
-    text = read_input(path, shown, "llama-server or llama-cli output").decode("utf-8", errors="replace")
+    text = read_bounded(path, shown, "llama-server or llama-cli output", LOG_LIMIT).decode(
+        "utf-8", errors="replace"
+    )
     runs: list[Run] = []
     largest: dict[int, float] = {}
     buffers: dict[int, str] = {}

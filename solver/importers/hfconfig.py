@@ -8,7 +8,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from solver.errors import InputError, read_input
+from solver.errors import InputError
+from solver.files.bounded import CONFIG_LIMIT, read_bounded
 from solver.files.config import COUNT_MAX, shown_path
 from solver.importers.ggmltypes import KV_TYPES, row_bytes
 from solver.importers.modelfile import MAX_EXPERTS
@@ -104,7 +105,7 @@ class Config:
 def load_config(path: Path) -> tuple[dict[str, Any], str]:
     """The JSON object in ``path`` and the path as messages show it."""
     shown = shown_path(path)
-    raw = read_input(path, shown, "a Hugging Face config.json")
+    raw = read_bounded(path, shown, "a Hugging Face config.json", CONFIG_LIMIT)
     try:
         data = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
