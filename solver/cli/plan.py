@@ -23,6 +23,7 @@ from solver.cli.options import (
     PATH,
     PROFILE,
     SECONDS,
+    TOKENS,
     default_workers,
     engine_option,
     json_option,
@@ -75,7 +76,7 @@ def _progress(enabled: bool) -> tuple[Callable[[str, float, float], None] | None
     help="Keep the rig's GPU order, or choose it.",
 )
 @click.option("--idle-gpus", is_flag=True, help="Let the plan leave out GPUs that cost more than they give.")
-@click.option("--context", type=click.IntRange(min=0), help="Tokens of KV cache per full-attention layer.")
+@click.option("--context", type=TOKENS, help="Tokens of KV cache per full-attention layer (32768, 32K).")
 @click.option(
     "--time-limit",
     type=SECONDS,

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from solver.errors import InputError
 from solver.files.atomicfile import refuse_inputs, write_atomic
 from solver.files.config import shown_path
 
@@ -30,12 +31,15 @@ def relative(target: Path, output: Path | None) -> str:
         return str(target.resolve())
 
 
-def emit(text: str, output: Path | None, inputs: list[Path]) -> None:
-    """Write ``text`` to ``output`` (atomically, never over an input), or print it."""
+def emit(text: str, output: Path | None, inputs: list[Path], overwrite: bool = True) -> None:
+    """Write ``text`` to ``output`` (atomically, never over an input, and over an existing file only
+    with ``overwrite``), or print it."""
     if output is None:
         click.echo(text, nl=False)
         return
     refuse_inputs(output, shown_path(output), inputs)
+    if not overwrite and output.exists():
+        raise InputError(shown_path(output), "exists; give --force to write over it, or another -o")
     write_atomic(output, shown_path(output), text)
     click.echo(f"wrote {shown_path(output)}", err=True)
 

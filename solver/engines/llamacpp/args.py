@@ -216,7 +216,7 @@ def _server_flag(r: _Reader, flag: str, value: str | None, shown: str) -> None:
     elif what == "ncmoe":
         n = stoi(flag, value)
         if n < 0:
-            raise ArgsError(f"{shown}: invalid value")
+            raise ArgsError(f"{shown}: invalid value: a count of layers, 0 or more")
         f["n_cpu_moe"] = max(f.get("n_cpu_moe", 0), n)
         r.rules += moe_rules(n)
     elif what == "cmoe":
@@ -225,7 +225,7 @@ def _server_flag(r: _Reader, flag: str, value: str | None, shown: str) -> None:
     elif what == "ctx":
         n = stoi(flag, value)
         if n < 0:
-            raise ArgsError(f"{shown}: invalid value")
+            raise ArgsError(f"{shown}: invalid value: a context of tokens, 0 or more (0: the model's own)")
         f["ctx_size"] = n
     elif what in ("ctk", "ctv"):
         if value not in KV_TYPE_BYTES:

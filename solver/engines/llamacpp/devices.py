@@ -21,7 +21,7 @@ import numpy as np
 
 from solver.engines.export import Offload
 from solver.engines.llamacpp.args import LlamaArgs
-from solver.engines.llamacpp.flags import moe_rules
+from solver.engines.llamacpp.flags import MAX_BLOCKS, moe_rules
 from solver.engines.llamacpp.layout import slot_devices
 from solver.engines.llamacpp.tensors import Costs, base_tensor
 from solver.errors import ArgsError
@@ -162,10 +162,12 @@ def placed_bytes(
 ) -> tuple[np.ndarray, list[list[str]], list[str]]:
     """Bytes of each unit (in Costs order) on each GPU, the CPU last (shape (U, k+1)); the names of each
     unit's tensors on the CPU; notes on rules that reach past the expert tensors."""
-    rules = [(re.compile(pattern), buft, f"{pattern}={buft}") for pattern, buft in args.overrides]
+    n_blocks = p.n_layers + p.nextn_layers
+    beyond = {pattern for pattern, _ in moe_rules(MAX_BLOCKS)[n_blocks:]}  # -ncmoe past the last block
+    given = [(pattern, buft) for pattern, buft in args.overrides if pattern not in beyond]
+    rules = [(re.compile(pattern), buft, f"{pattern}={buft}") for pattern, buft in given]
     targets = [dev.of_buffer(buft, shown) for _, buft, shown in rules]
     notes = []
-    n_blocks = p.n_layers + p.nextn_layers
     own = {pattern for pattern, _ in moe_rules(n_blocks) + moe_rules(cpu_moe=True)}  # experts only
     for regex, _, shown in rules:
         if regex.pattern in own:

@@ -1,0 +1,99 @@
+"""Inputs that used to be taken silently, or crash a command: each is refused in one line (exit 2), or
+taken with a note or a warning that says what happened."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from solver.cli import cli
+from solver.engines.llamacpp.args import parse_llama_args
+from solver.errors import ArgsError
+
+ROOT = Path(__file__).resolve().parents[2]
+LLAMA = ROOT / "rigs" / "llama-mix.yaml"
+
+
+def run(*args: object):
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+def refused(*args: object) -> str:
+    """The one stderr line of ``solve ARGS``, which must exit 2 without a traceback."""
+    result = run(*args)
+    assert result.exit_code == 2, (result.output, result.exception)
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    assert result.stderr.count("\n") == 1, result.stderr
+    return result.stderr.rstrip("\n")
+
+
+@pytest.mark.parametrize("shares", ["-1,2", "-1,1", "inf,1", "3e38,3e38,3e38", "nan,1,1"])
+def test_tensor_split_shares_that_are_no_shares(shares):
+    assert refused("score", LLAMA, "--", "-ngl", "99", "-ts", shares).startswith(f"score: -ts {shares}: ")
+
+
+def test_more_tensor_split_shares_than_gpus_is_a_note():
+    result = run("score", LLAMA, "--", "-ngl", "99", "-ts", "1,1,1,1,1")
+    assert result.exit_code == 0, result.output
+    assert (
+        "-ts gives 5 shares for the 3 GPU(s) the model runs on; llama.cpp ignores the last 2" in result.output
+    )
+
+
+def test_negative_counts_say_what_the_value_is():
+    assert "a context of tokens, 0 or more" in refused("score", LLAMA, "--", "-c", "-1")
+    assert "a count of layers, 0 or more" in refused("score", LLAMA, "--", "-ncmoe", "-1")
+
+
+def test_rig_new_warns_of_host_memory_in_bytes(tmp_path):
+    result = run("rig", "new", "RTX 4090", "--host-memory", "64", "-o", tmp_path / "r.yaml")
+    assert result.exit_code == 0, result.output
+    assert (
+        "--host-memory: 64 bytes is implausibly small for host RAM; did you mean '64 GiB'?" in result.stderr
+    )
+
+
+def test_rig_new_keeps_an_existing_file_without_force(tmp_path):
+    out = tmp_path / "r.yaml"
+    out.write_text("mine\n")
+    assert refused("rig", "new", "RTX 4090", "-o", out).endswith(
+        "exists; give --force to write over it, or another -o"
+    )
+    assert out.read_text() == "mine\n"
+    assert run("rig", "new", "RTX 4090", "-o", out, "--force").exit_code == 0
+    assert out.read_text() != "mine\n"
+
+
+def test_contexts_take_the_same_suffixes_everywhere(tmp_path):
+    out = tmp_path / "r.yaml"
+    assert run("rig", "new", "RTX 4090", "--context", "32k", "-o", out).exit_code == 0
+    assert "context: 32768 " in out.read_text()
+    result = run(ROOT / "rigs" / "duo.yaml", "--context", "32k", "--json", "--workers", "1")
+    assert result.exit_code == 0, result.output
+    for args in (["--contexts", "99999999999999999999M"], ["--context", "99999999999999999999"]):
+        result = run(ROOT / "rigs" / "duo.yaml", *args)
+        assert result.exit_code == 2 and f"'{args[0]}'" in result.stderr and "moesplit plans" in result.stderr
+
+
+def test_a_card_name_whose_editions_plan_alike_is_taken(tmp_path):
+    out = tmp_path / "r.yaml"
+    assert run("rig", "new", "RTX PRO 6000 Blackwell", "--engine", "vllm", "-o", out).exit_code == 0
+    assert 'name: "RTX PRO 6000 Blackwell"' in out.read_text()
+    message = refused("rig", "new", "RTX PRO 6000 Blackwell")  # strata reads the boost clock
+    assert "differ in boost clock" in message
+    assert "differ in memory" in refused("rig", "new", "RTX 4060 Ti", "--engine", "vllm")
+
+
+def test_n_cpu_moe_makes_no_rule_past_the_last_layer():
+    assert len(parse_llama_args(["-ncmoe", "2147483647"]).overrides) <= 8192
+    result = run("score", LLAMA, "--", "-ngl", "99", "-ncmoe", "2147483647")
+    assert result.exit_code == 0, result.output
+
+
+@pytest.mark.parametrize("pattern", ["(.*)*z", "(a+)+", "(?:x|y*)+"])
+def test_a_pattern_that_backtracks_exponentially_is_refused(pattern):
+    with pytest.raises(ArgsError, match="repeats a repeat"):
+        parse_llama_args(["-ot", f"{pattern}=CPU"])
+    assert "repeats a repeat" in refused("score", LLAMA, "--", "-ngl", "99", "-ot", f"{pattern}=CPU")
