@@ -49,7 +49,10 @@ def command_words(words: list[str]) -> list[str]:
             out.append(word)
             continue
         for line in word.splitlines():
-            parts = [w for w in shlex.split(line, comments=True) if w != "export"]
+            try:
+                parts = [w for w in shlex.split(line, comments=True) if w != "export"]
+            except ValueError as exc:  # an unbalanced quote
+                raise ArgsError(f"{line.strip()!r}: {exc}, as a shell would not run it") from None
             if "rpc-server" not in parts:
                 out += parts
     return out
@@ -104,7 +107,10 @@ def score(
     from solver.report.scoreview import print_score, to_score_json
     from solver.solvers import Limits
 
-    words = command_words(list(command))
+    try:
+        words = command_words(list(command))
+    except ArgsError as exc:
+        fail(f"score: {exc}")
     if not words:
         fail("score: give the command after --, e.g. solve score RIG -- -ngl 99 -ts 3,1")
     problem = load_problem(rig, Overrides(model=model, profile=profile, engine=engine))

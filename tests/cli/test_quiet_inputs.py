@@ -97,3 +97,23 @@ def test_a_pattern_that_backtracks_exponentially_is_refused(pattern):
     with pytest.raises(ArgsError, match="repeats a repeat"):
         parse_llama_args(["-ot", f"{pattern}=CPU"])
     assert "repeats a repeat" in refused("score", LLAMA, "--", "-ngl", "99", "-ot", f"{pattern}=CPU")
+
+
+@pytest.mark.parametrize(
+    ("rig", "words", "says"),
+    [
+        (LLAMA, ["-ts '3"], "No closing quotation"),
+        (LLAMA, ["llama-bench", "-ngl", "0-2000000000"], "expands to more than 4,096 values"),
+        (LLAMA, ["-ngl", "９９"], "not an integer"),
+        (LLAMA, ["CUDA_VISIBLE_DEVICES=０", "-ngl", "9"], "is not a GPU index"),
+        (LLAMA, ["LLAMA_ARG_N_GPU_LAYERS=abc"], "LLAMA_ARG_N_GPU_LAYERS 'abc': not an integer"),
+        (LLAMA, ["-ngl", "9" * 5000], "out of range"),
+        (
+            ROOT / "rigs" / "vllm-mix.yaml",
+            ["vllm", "serve", "M", "-pp", "0"],
+            "-pp 0: a pipeline has at least 1",
+        ),
+    ],
+)
+def test_commands_the_engine_would_refuse(rig, words, says):
+    assert says in refused("score", rig, "--", *words)

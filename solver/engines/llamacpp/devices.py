@@ -15,6 +15,7 @@ among them.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 
 import numpy as np
@@ -157,18 +158,26 @@ def _mains(names: tuple[str, ...]) -> list[str]:
     return [n for n in names if base_tensor(n) == n] or list(names[:1])
 
 
+@functools.cache
+def _moe_patterns(n_blocks: int) -> tuple[frozenset[str], frozenset[str]]:
+    """The ``-ncmoe``/``-cmoe`` patterns of a model of ``n_blocks`` blocks (they match expert tensors
+    only), and those of ``-ncmoe`` past its last block (they match nothing, so are not searched)."""
+    rules = [pattern for pattern, _ in moe_rules(MAX_BLOCKS)]
+    own = frozenset(rules[:n_blocks] + [pattern for pattern, _ in moe_rules(cpu_moe=True)])
+    return own, frozenset(rules[n_blocks:])
+
+
 def placed_bytes(
     p: Problem, c: Costs, args: LlamaArgs, dev: Devices, layers: list[int]
 ) -> tuple[np.ndarray, list[list[str]], list[str]]:
     """Bytes of each unit (in Costs order) on each GPU, the CPU last (shape (U, k+1)); the names of each
     unit's tensors on the CPU; notes on rules that reach past the expert tensors."""
     n_blocks = p.n_layers + p.nextn_layers
-    beyond = {pattern for pattern, _ in moe_rules(MAX_BLOCKS)[n_blocks:]}  # -ncmoe past the last block
+    own, beyond = _moe_patterns(n_blocks)
     given = [(pattern, buft) for pattern, buft in args.overrides if pattern not in beyond]
     rules = [(re.compile(pattern), buft, f"{pattern}={buft}") for pattern, buft in given]
     targets = [dev.of_buffer(buft, shown) for _, buft, shown in rules]
     notes = []
-    own = {pattern for pattern, _ in moe_rules(n_blocks) + moe_rules(cpu_moe=True)}  # experts only
     for regex, _, shown in rules:
         if regex.pattern in own:
             continue

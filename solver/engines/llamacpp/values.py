@@ -17,16 +17,18 @@ from solver.errors import ArgsError
 
 def stoi(flag: str, text: str) -> int:
     """``std::stoi``: optional blanks and sign, then digits; what follows them is not read."""
-    m = re.match(r"\s*([+-]?\d+)", text)
+    m = re.match(r"\s*([+-]?\d+)", text, re.ASCII)  # the C locale's digits and blanks, as std::stoi
     if m is None:
         raise ArgsError(f"{flag} {text!r}: not an integer")
-    value = int(m.group(1))
+    value = int(m.group(1)) if len(m.group(1)) <= 20 else 2**64  # past int's digit limit: out of range
     if not -(2**31) <= value < 2**31:
         raise ArgsError(f"{flag} {text!r}: out of range")
     return value
 
 
-_FLOAT = re.compile(r"\s*([+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|inf(?:inity)?|nan))", re.IGNORECASE)
+_FLOAT = re.compile(
+    r"\s*([+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|inf(?:inity)?|nan))", re.IGNORECASE | re.ASCII
+)
 
 
 def stof(flag: str, text: str) -> float:
@@ -130,7 +132,7 @@ def visible_devices(text: str) -> tuple[int, ...]:
     out: list[int] = []
     for part in text.split(","):
         part = part.strip()
-        if not re.fullmatch(r"\d+", part):
+        if not re.fullmatch(r"[0-9]+", part):
             raise ArgsError(
                 f"CUDA_VISIBLE_DEVICES={text}: {part!r} is not a GPU index (name GPUs by rig index)"
             )
@@ -140,10 +142,14 @@ def visible_devices(text: str) -> tuple[int, ...]:
     return tuple(out)
 
 
+#: Most values a llama-bench list may expand to: a bench of more tests than this is no real bench.
+MAX_VALUES = 4096
+
+
 def int_list(flag: str, text: str, negative: bool = False) -> list[int]:
     """llama-bench's ``parse_int_range``: ``a``, ``a-b``, ``a-b+s``, ``a-b*m``, comma separated."""
     sign = "-?" if negative else ""
-    item = re.compile(rf"({sign}\d+)(?:-(\d+)(?:([+*])(\d+))?)?(?:,|$)")
+    item = re.compile(rf"({sign}\d+)(?:-(\d+)(?:([+*])(\d+))?)?(?:,|$)", re.ASCII)
     out: list[int] = []
     pos = 0
     while pos < len(text):
@@ -153,6 +159,8 @@ def int_list(flag: str, text: str, negative: bool = False) -> list[int]:
         first = int(m.group(1))
         last = int(m.group(2)) if m.group(2) else first
         op, step = m.group(3) or "+", int(m.group(4)) if m.group(4) else 1
+        if op == "+" and step > 0 and len(out) + max(0, (last - first) // step + 1) > MAX_VALUES:
+            raise ArgsError(f"{flag} {text}: expands to more than {MAX_VALUES:,} values")
         i = first
         while i <= last:
             out.append(i)
@@ -160,6 +168,8 @@ def int_list(flag: str, text: str, negative: bool = False) -> list[int]:
             if nxt <= i:
                 raise ArgsError(f"{flag} {text}: invalid range")
             i = nxt
+            if len(out) > MAX_VALUES:
+                raise ArgsError(f"{flag} {text}: expands to more than {MAX_VALUES:,} values")
         pos = m.end()
     if not out:
         raise ArgsError(f"{flag} {text!r}: no value")
