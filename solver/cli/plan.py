@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
+from click.core import ParameterSource
 from rich.console import Console
 
 from solver import interrupt
@@ -161,6 +162,11 @@ def plan_cmd(
     from solver.planning.planner import plan_rig
     from solver.report.planview import print_report, to_json
 
+    if export is None:  # options that shape the --export command mean nothing without it
+        source = click.get_current_context().get_parameter_source("shell")
+        alone = "--fit-off" if fit_off else "--shell" if source is ParameterSource.COMMANDLINE else None
+        if alone:
+            raise click.UsageError(f"{alone} shapes the --export command; give --export ENGINE with it")
     overrides = Overrides(model, profile, objective, order, context, engine, idle_gpus, kv_type=kv_type)
     if contexts is not None or kv_types is not None:
         alone = {"--context": context, "--kv-type": kv_type, "--export": export, "--check": check or None}

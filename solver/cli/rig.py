@@ -103,6 +103,14 @@ def rig_new_cmd(
         click.echo(f"--host-memory: {doubt}", err=True)
     try:
         placed = place(list(cards), engine)
+        hosts = list(dict.fromkeys(c.host for c in placed))
+        together = sorted(placed, key=lambda c: hosts.index(c.host))  # a rig lists a host's GPUs together
+        if together != placed:
+            placed = together
+            listed = " ".join(f"{c.host}:{c.card.name}" if c.host else c.card.name for c in placed)
+            click.echo(
+                f"solve rig new: each machine's GPUs listed together, in this order: {listed}", err=True
+            )
         check_engine(placed, engine)
         if model is not None:
             load_model(model)

@@ -26,6 +26,7 @@ from solver.cli.options import (
     PATH,
     PROFILE,
     SECONDS,
+    TOKENS,
     default_workers,
     engine_option,
     json_option,
@@ -79,6 +80,11 @@ def plan_export(r: Result) -> list[str] | None:
 @MODEL
 @PROFILE
 @engine_option("The engine the command runs (default: the rig's, else strata).")
+@click.option(
+    "--context",
+    type=TOKENS,
+    help="Tokens of KV cache (32768, 32K), instead of the rig's; a command's own (-c) still wins.",
+)
 @json_option("Print one JSON object: the score and the plan.")
 @click.option("--time-limit", type=SECONDS, help="Plan within SECONDS.")
 @workers_option()
@@ -89,6 +95,7 @@ def score(
     model: Path | None,
     profile: Path | None,
     engine: str | None,
+    context: int | None,
     as_json: bool,
     time_limit: float | None,
     workers: int | None,
@@ -113,7 +120,7 @@ def score(
         fail(f"score: {exc}")
     if not words:
         fail("score: give the command after --, e.g. solve score RIG -- -ngl 99 -ts 3,1")
-    problem = load_problem(rig, Overrides(model=model, profile=profile, engine=engine))
+    problem = load_problem(rig, Overrides(model=model, profile=profile, engine=engine, context=context))
     runner = engine_of(problem)
     try:
         scored = runner.score(problem, runner.read_command(words))

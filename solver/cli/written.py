@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from solver.errors import InputError
+from solver.errors import InputError, brief
 from solver.files.atomicfile import refuse_inputs, write_atomic
 from solver.files.config import shown_path
 
@@ -45,6 +45,16 @@ def emit(text: str, output: Path | None, inputs: list[Path], overwrite: bool = T
 
 
 def command_line(words: list[object], options: dict[str, object]) -> str:
-    """The command line as a user would type it again; options whose value is None are left out."""
+    """The command line as a user would type it again; options whose value is None are left out.
+
+    It goes into the written file's first comment, so a word with a control character (a newline would
+    end the comment and start a key of its own) is refused, naming the option that holds it.
+    """
+    for flag, value in [*((None, w) for w in words), *options.items()]:
+        if value is not None and not all(ch.isprintable() for ch in str(value)):
+            raise InputError(
+                flag or "solve",
+                f"{brief(str(value))} holds a control character, which no written file may hold",
+            )
     flags = [str(part) for flag, value in options.items() if value is not None for part in (flag, value)]
     return shlex.join(["solve", *(str(w) for w in words), *flags])

@@ -14,6 +14,9 @@ from solver.files.config import COUNT_MAX, shown_path
 from solver.importers.ggmltypes import KV_TYPES, row_bytes
 from solver.importers.modelfile import MAX_EXPERTS
 
+#: Widths and head counts every layer divides by or multiplies by: 0 is no model.
+NOT_ZERO = frozenset({"hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim"})
+
 
 class Config:
     """The model's config (``text_config`` unwrapped), with errors that name the file and key."""
@@ -46,6 +49,17 @@ class Config:
             raise InputError(self.shown, f"expected a whole number >= 0, got {value!r}", key=key)
         if value > COUNT_MAX:
             raise InputError(self.shown, f"{value} is above the limit of {COUNT_MAX:,}", key=key)
+        if value == 0 and key in NOT_ZERO:
+            raise InputError(self.shown, "expected at least 1, got 0 (a model has some)", key=key)
+        return value
+
+    def flag(self, key: str, default: bool, fallback: dict[str, Any] | None = None) -> bool:
+        """A true/false setting (``tie_word_embeddings``), from ``fallback`` (the outer config) when
+        unset here; text such as ``"false"`` is refused, as Python would read it as true."""
+        value = self.data.get(key, (fallback or {}).get(key, default))
+        value = default if value is None else value
+        if not isinstance(value, bool):
+            raise InputError(self.shown, f"expected true or false, got {value!r}", key=key)
         return value
 
     def positive(self, key: str, default: int | None = None) -> int:

@@ -117,3 +117,59 @@ def test_a_pattern_that_backtracks_exponentially_is_refused(pattern):
 )
 def test_commands_the_engine_would_refuse(rig, words, says):
     assert says in refused("score", rig, "--", *words)
+
+
+def test_values_written_into_files_cannot_add_keys(tmp_path):
+    message = refused("rig", "new", "RTX 4090", "--name", "x\nobjective: mass #", "-o", tmp_path / "r.yaml")
+    assert message.startswith("--name: ") and "control character" in message
+    config = ROOT / "tests" / "fixtures" / "hf" / "qwen3-30b-a3b.json"
+    message = refused(
+        "model", "from-hf", config, "--weights", "q8_0", "--hf-model", "X\nstage_bytes: 20 GiB #"
+    )
+    assert message.startswith("--hf-model: ") and not (tmp_path / "r.yaml").exists()
+
+
+def test_rig_new_lists_each_machines_gpus_together(tmp_path):
+    out = tmp_path / "r.yaml"
+    result = run("rig", "new", "a:RTX 4090", "b:RTX 4090", "a:RTX 3090", "--engine", "vllm", "-o", out)
+    assert result.exit_code == 0 and "listed together" in result.stderr, result.output
+    model = ROOT / "models" / "qwen3-30b-a3b-fp8.yaml"
+    assert run(out, "--model", model, "--json", "--workers", "1").exit_code == 0
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "says"),
+    [
+        ("hidden_size", 0, "expected at least 1"),
+        ("num_key_value_heads", 0, "expected at least 1"),
+        ("head_dim", 0, "expected at least 1"),
+        ("num_attention_heads", 0, "expected at least 1"),
+        ("tie_word_embeddings", "false", "expected true or false"),
+        ("moe_intermediate_size", 2**31 - 1, "past the 2^63-1"),
+    ],
+)
+def test_from_hf_configs_that_are_no_model(tmp_path, key, value, says):
+    import json
+
+    config = json.loads((ROOT / "tests" / "fixtures" / "hf" / "qwen3-30b-a3b.json").read_text())
+    config |= {key: value, **({"hidden_size": 2**31 - 1} if key == "moe_intermediate_size" else {})}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    assert says in refused("model", "from-hf", path, "--weights", "q8_0")
+
+
+def test_from_hf_names_no_missing_profile(tmp_path):
+    config = ROOT / "tests" / "fixtures" / "hf" / "qwen3-30b-a3b.json"
+    assert "does not exist" in refused(
+        "model", "from-hf", config, "--weights", "q8_0", "--profile", tmp_path / "no"
+    )
+
+
+@pytest.mark.parametrize("option", [["--fit-off"], ["--shell", "cmd"]])
+def test_export_options_without_export_are_usage_errors(option):
+    assert "give --export ENGINE with it" in refused(ROOT / "rigs" / "duo.yaml", *option)
+
+
+def test_score_takes_a_context_for_a_strata_command():
+    result = run("score", ROOT / "rigs" / "box.yaml", "--context", "8K", "--", "--layer-split", "8,16,33")
+    assert result.exit_code == 0 and "context 8,192" in result.stdout, result.output
