@@ -32,13 +32,13 @@ def relative(target: Path, output: Path | None) -> str:
 
 
 def emit(text: str, output: Path | None, inputs: list[Path], overwrite: bool = True) -> None:
-    """Write ``text`` to ``output`` (atomically, never over an input, and over an existing file only
-    with ``overwrite``), or print it."""
+    """Write ``text`` to ``output`` (atomically, never over an input, and over an existing regular file
+    only with ``overwrite``), or print it."""
     if output is None:
         click.echo(text, nl=False)
         return
     refuse_inputs(output, shown_path(output), inputs)
-    if not overwrite and output.exists():
+    if not overwrite and output.is_file():  # a file's contents are lost; a pipe or device has none
         raise InputError(shown_path(output), "exists; give --force to write over it, or another -o")
     write_atomic(output, shown_path(output), text)
     click.echo(f"wrote {shown_path(output)}", err=True)

@@ -240,11 +240,15 @@ def test_huge_context(rig):
     doc = model(kinds=["linear", "full"], kv_bytes_per_token={"full": 1024})
     out = plan(rig([gpu("64 GiB"), gpu("64 GiB")], doc, context=2**20))
     assert sum(s["room_bytes"] for s in out["stages"]) == 2 * 64 * 2**30 - 400 - 2 * 2**30
-    # at 2^40 the last GPU must run layer 3 (a full layer) at the least: 2^50 + 100 bytes
-    assert infeasible(rig([gpu("64 GiB"), gpu("64 GiB")], doc, context=2**40)) == (
-        "GPU 1 cannot hold its minimum of 1 layer (layer 3): it needs 1024.0 TiB and has 64.00 GiB "
-        "after its reserve"
-    )
+    # at 2^31 - 1 tokens (the most a context may be) the last GPU must run layer 3 (a full layer) at
+    # the least: 2 TiB + 100 bytes
+    reason = infeasible(rig([gpu("64 GiB"), gpu("64 GiB")], doc, context=2**31 - 1))
+    assert reason.startswith("GPU 1 cannot hold its minimum of 1 layer (layer 3): it needs 2")
+    assert reason.endswith("TiB and has 64.00 GiB after its reserve")
+    # past it, the rig's context is refused as the rig's, not reported as a model too large
+    path = rig([gpu("64 GiB"), gpu("64 GiB")], doc, context=2**40)
+    msg = input_error(invoke(path), [path])
+    assert msg.rest.startswith("context: input should be less than or equal to 2147483647")
 
 
 def test_context_beyond_the_byte_limit(rig):
