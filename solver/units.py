@@ -32,9 +32,7 @@ def parse_tokens(text: str) -> int:
     than MAX_CONTEXT tokens."""
     m = _TOKENS.fullmatch(text) if text.isascii() else None
     if m is None:
-        raise ValueError(
-            f"expected a token count like 32768, 32K or 1M (K is 1,024 tokens), got {brief(text)}"
-        )
+        raise ValueError(f"expected contexts like 8K, 32K or 65536 (K is 1,024 tokens), got {brief(text)}")
     tokens = int(m[1]) * _TOKEN_SCALE[m[2].lower()]
     if tokens > MAX_CONTEXT:
         raise ValueError(f"{brief(text)} is {tokens:,} tokens, more than the {MAX_CONTEXT:,} moesplit plans")

@@ -252,14 +252,17 @@ def test_huge_context(rig):
 
 
 def test_context_beyond_the_byte_limit(rig):
-    doc = model(kinds=["full"], kv_bytes_per_token={"full": 2048})
+    """A context the model's KV cache cannot be counted at is the model's; one past the most tokens a
+    context may be is the option's or the rig key's."""
+    doc = model(kinds=["full"], kv_bytes_per_token={"full": 2**33})
     path = rig([gpu(INT64_MAX)], doc)
-    for args in ([], ["--context", str(10**30)]):
-        if not args:
-            path.write_text(path.read_text() + f"context: {2**60}\n")
-        msg = input_error(invoke(path, *args), [path.parent / "m.yaml"])
-        assert "beyond the 2^62 bytes moesplit plans in" in msg.rest
-        assert "at a context of" in msg.rest
+    msg = input_error(invoke(path, "--context", str(2**30)), [path.parent / "m.yaml"])
+    assert "beyond the 2^62 bytes moesplit plans in" in msg.rest and "at a context of" in msg.rest
+    result = invoke(path, "--context", str(10**30))
+    assert result.exit_code == 2 and "'--context'" in result.stderr and "moesplit plans" in result.stderr
+    path.write_text(path.read_text() + f"context: {2**60}\n")
+    msg = input_error(invoke(path), [path])
+    assert msg.rest.startswith("context: input should be less than or equal to 2147483647")
 
 
 def test_context_that_fits(rig):
