@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 #: Longest quoted input value a message shows; the rest is elided (a message stays one short line).
 SHOWN_CHARS = 60
 
@@ -39,18 +37,3 @@ class ArgsError(ValueError):
 
     def __init__(self, message: str):
         super().__init__(one_line(message))
-
-
-def read_input(path: Path, shown: str, what: str) -> bytes:
-    """The bytes of an input file; a missing file, a directory or a read error is an InputError.
-
-    ``what`` names the expected content in messages ("a YAML file", "a profile file", ...).
-    """
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        raise InputError(shown, f"no such file (expected {what})") from None
-    except IsADirectoryError:
-        raise InputError(shown, f"is a directory, expected {what}") from None
-    except OSError as exc:
-        raise InputError(shown, f"cannot read: {exc.strerror}") from None

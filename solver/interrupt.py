@@ -82,6 +82,10 @@ def run(command: Callable[[], object]) -> None:
         sys.stderr.write("interrupted\n")
         sys.stderr.flush()
         sys.exit(ExitCode.INTERRUPTED)
+    except MemoryError:  # an input too large for the machine, outside any command's own handling
+        sys.stderr.write("out of memory: an input asks for more than this machine holds\n")
+        sys.stderr.flush()
+        sys.exit(ExitCode.INPUT)
 
 
 #: When the ``solve`` console script started (None: not run as the script, or already taken), so that

@@ -1,5 +1,5 @@
 """Byte sizes (``12884901888``, ``"11.2 GiB"``, ``"1.95 MiB"``) and rates (``"60 GB/s"``), rounded down to
-a whole byte."""
+a whole byte; token counts (``32K``)."""
 
 from __future__ import annotations
 
@@ -20,6 +20,25 @@ UNITS: dict[str, int] = {
     "TiB": 2**40,
 }
 INT64_MAX = 2**63 - 1
+#: Most tokens of context moesplit takes: a count, stored in int32 like the engines' own (2^31 - 1).
+MAX_CONTEXT = 2**31 - 1
+#: A context as users write it: tokens, or K (1,024 tokens, as llama.cpp's 128K is 131,072) or M.
+_TOKENS = re.compile(r"\s*(\d+)\s*([kKmM]?)\s*")
+_TOKEN_SCALE = {"": 1, "k": 1024, "m": 1024**2}
+
+
+def parse_tokens(text: str) -> int:
+    """``32K`` -> 32768, ``1M`` -> 1048576, ``65536`` -> 65536; ValueError for anything else and for more
+    than MAX_CONTEXT tokens."""
+    m = _TOKENS.fullmatch(text) if text.isascii() else None
+    if m is None:
+        raise ValueError(f"expected contexts like 8K, 32K or 65536 (K is 1,024 tokens), got {brief(text)}")
+    tokens = int(m[1]) * _TOKEN_SCALE[m[2].lower()]
+    if tokens > MAX_CONTEXT:
+        raise ValueError(f"{brief(text)} is {tokens:,} tokens, more than the {MAX_CONTEXT:,} moesplit plans")
+    return tokens
+
+
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
 _RATE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*/\s*[sS]\s*$")
 #: The size units by lower-case spelling, for rates (``gb/s``); the sizes themselves keep their case.

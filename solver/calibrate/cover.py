@@ -18,8 +18,9 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from solver.errors import InputError, read_input
+from solver.errors import InputError
 from solver.files.atomicfile import write_atomic
+from solver.files.bounded import LOG_LIMIT, YAML_LIMIT, read_bounded
 from solver.files.config import load_model, shown_path
 from solver.files.console import console as make_console
 
@@ -117,7 +118,7 @@ def points_from_log(path: Path) -> tuple[list[Point], list[str]]:
     line (the engine's counters run over the whole boot), taken as hits / lookups when the line has them.
     """
     shown = shown_path(path)
-    text = read_input(path, shown, "an engine log").decode("utf-8", errors="replace")
+    text = read_bounded(path, shown, "an engine log", LOG_LIMIT).decode("utf-8", errors="replace")
     boots: list[_Boot] = []
     notes: list[str] = []
     for lineno, line in enumerate(text.splitlines(), 1):
@@ -261,7 +262,7 @@ def write_curve(path: Path, b: float, note: str) -> int:
     """
     load_model(path)
     shown = shown_path(path)
-    original = path.read_text(encoding="utf-8")
+    original = read_bounded(path, shown, "a YAML file", YAML_LIMIT).decode("utf-8")
     lines = original.splitlines(keepends=True)
     root = yaml.compose(original, Loader=yaml.SafeLoader)
     assert isinstance(root, yaml.MappingNode)  # load_model accepted it

@@ -23,8 +23,9 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from solver.calibrate.measured import GPU_NAME, Run, buffer_name
-from solver.errors import InputError, brief, read_input
+from solver.calibrate.measured import GPU_NAME, Run, buffer_name, rate_problem
+from solver.errors import InputError, brief
+from solver.files.bounded import BENCH_LIMIT, read_bounded
 from solver.files.config import ModelConfig
 from solver.units import format_size, per_layer
 
@@ -68,7 +69,7 @@ def read_bench(path: Path, shown: str, expect: Expect) -> tuple[list[Run], list[
 
     Raises InputError (naming the file) for a file that is not llama-bench JSON or JSONL.
     """
-    text = read_input(path, shown, WHAT).decode("utf-8", errors="replace")
+    text = read_bounded(path, shown, WHAT, BENCH_LIMIT).decode("utf-8", errors="replace")
     runs: list[Run] = []
     notes: list[str] = []
     prompt_rows = 0
@@ -124,10 +125,18 @@ def _rows(text: str, shown: str) -> list[tuple[str, dict]]:
     return rows
 
 
+#: Largest whole number a row may give: counts (tokens, layers) are int32 in llama-bench, sizes int64.
+MOST = {"model_size": 2**63 - 1}
+COUNT_MOST = 2**31 - 1
+
+
 def _whole(row: dict, key: str, default: int | None = None) -> int:
     value = row.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int):
         raise Skip(f"{key} is {brief(value)}, expected a whole number")
+    most = MOST.get(key, COUNT_MOST)
+    if abs(value) > most:
+        raise Skip(f"{key} is {brief(value)}, larger than llama-bench writes (at most {most:,})")
     return value
 
 
@@ -141,10 +150,11 @@ def _text(row: dict, key: str, default: str) -> str:
 def _run(where: str, row: dict, n_gen: int, expect: Expect) -> Run:
     """One generation row as a run; Skip when it is not of this model or rig."""
     rate = row["avg_ts"]
-    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not math.isfinite(rate) or rate <= 0:
-        raise Skip(f"avg_ts is {brief(rate)}, expected tokens per second above 0")
+    wrong = rate_problem(rate)
+    if wrong is not None:
+        raise Skip(f"avg_ts is {brief(rate)}, {wrong}")
     spread = row.get("stddev_ts", 0.0)
-    if isinstance(spread, bool) or not isinstance(spread, (int, float)) or not math.isfinite(spread):
+    if isinstance(spread, bool) or not isinstance(spread, (int, float)) or rate_problem(spread) is not None:
         spread = 0.0
     _check_model(row, expect)
     _check_gpu_count(row, expect)

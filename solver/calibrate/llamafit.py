@@ -11,6 +11,7 @@ each run measured, before and after, and the leave-one-out error are what the co
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,7 @@ from solver.engines import REGISTRY, Engine, engine_named, engine_of
 from solver.engines.bandwidth import speed_of, with_constants
 from solver.engines.llamacpp.fields import LlamaFields
 from solver.errors import ArgsError, InputError
+from solver.files.bounded import YAML_LIMIT, read_bounded
 from solver.files.config import ModelConfig, load_model, load_rig, relative_to, shown_path
 from solver.planning.resolve import Overrides, load_problem
 from solver.problem.problem import Problem
@@ -187,8 +189,23 @@ def load(rig_path: Path, model_path: Path | None) -> Setup:
     model, _ = load_model(path)
     p = load_problem(rig_path, Overrides(model=model_path, host_bandwidth=START_HOST_BANDWIDTH))
     start = [] if rig.host_bandwidth is not None else ["host_bandwidth"]
-    text = rig_path.read_text(encoding="utf-8")
+    text = read_bounded(rig_path, doc.file, "a YAML file", YAML_LIMIT).decode("utf-8")
     return Setup(p, text, doc.file, path, model, rig.model, start)
+
+
+def _once(paths: tuple[Path, ...], option: str, notes: list[str]) -> list[Path]:
+    """``paths`` with a file given again (the same file, however named) left out, and said: its runs
+    counted twice would weigh double in the fit."""
+    seen: dict[Path, Path] = {}
+    for path in paths:
+        key = path.resolve()
+        if key in seen:
+            notes.append(
+                f"{shown_path(path)}: given twice to {option} (as {shown_path(seen[key])}): read once"
+            )
+        else:
+            seen[key] = path
+    return list(seen.values())
 
 
 def gather(
@@ -207,18 +224,25 @@ def gather(
     runs: list[Run] = []
     notes: list[str] = []
     buffers: dict[int, str] = {}
-    for path in benches:
+    for path in _once(benches, "--llama-bench", notes):
         found, skipped = read_bench(path, shown_path(path), expect)
         runs += found
         notes += skipped
+    read: dict[tuple[Path, str], Path] = {}
     for i, path in enumerate(logs):
         text = flags[i] if len(flags) == len(logs) else flags[0]
+        if (path.resolve(), text) in read:
+            first = shown_path(read[(path.resolve(), text)])
+            notes.append(f"{shown_path(path)}: given twice to --llama-log (as {first}): read once")
+            continue
+        read[(path.resolve(), text)] = path
         try:
             words = tuple(shlex.split(text))
         except ValueError as exc:
             raise InputError("--args", f"{text!r}: {exc}") from None
         log = read_log(path, shown_path(path), words, text)
         runs += log.runs
+        notes += log.notes
         for gpu, size in log.buffers.items():
             if gpu >= p.n_gpus:
                 notes.append(
@@ -233,12 +257,19 @@ def score_all(p: Problem, runs: list[Run], rig_file: str, notes: list[str]) -> l
     """Every run scored; a run whose flags the scorer cannot read is noted and left out."""
     engine = _engine(p.engine, rig_file)
     out = []
+    placed: dict[tuple, Scoring | Exception] = {}  # runs of one placement score alike: once each
     for run in runs:
-        try:
-            scored = score_run(p, run, engine)
-        except (ArgsError, InputError) as exc:
-            notes.append(f"{run.source}: {exc}: skipped")
+        key = (run.words, run.depth)
+        if key not in placed:
+            try:
+                placed[key] = score_run(p, run, engine)
+            except (ArgsError, InputError) as exc:
+                placed[key] = exc
+        got = placed[key]
+        if isinstance(got, Exception):
+            notes.append(f"{run.source}: {got}: skipped")
             continue
+        scored = dataclasses.replace(got, run=run)
         if scored.short:
             notes.append(
                 f"{run.source}: would not fit under the rig and model ({'; '.join(scored.short)}): "

@@ -16,14 +16,16 @@ each card allocates (the largest a log shows for the card, over several loads); 
 
 from __future__ import annotations
 
+import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from solver.calibrate.measured import Run
-from solver.errors import InputError, read_input
+from solver.calibrate.measured import Run, rate_problem
+from solver.errors import InputError
+from solver.files.bounded import LOG_LIMIT, read_bounded
 
-_MS = r"([0-9]*\.?[0-9]+)\s*ms\s*/\s*(\d+)\s*(?:tokens|runs)"
+_MS = r"([0-9]*\.?[0-9]+)\s*ms\s*/\s*([0-9]+)\s*(?:tokens|runs)"
 PROMPT_LINE = re.compile(rf"prompt eval time\s*=\s*{_MS}")
 EVAL_LINE = re.compile(rf"\beval time\s*=\s*{_MS}")
 BUFFER_LINE = re.compile(r"(?<![A-Za-z_])([A-Za-z]+)(\d+) compute buffer size\s*=\s*([0-9]*\.?[0-9]+)\s*MiB")
@@ -36,32 +38,42 @@ class LogFile:
 
     runs: list[Run]
     buffers: dict[int, str]
+    notes: list[str] = field(default_factory=list)
 
 
 def read_log(path: Path, shown: str, words: tuple[str, ...], flags: str) -> LogFile:
     """The runs and buffers of a llama-server or llama-cli log run with ``words`` (``flags`` as typed)."""
-    text = read_input(path, shown, "llama-server or llama-cli output").decode("utf-8", errors="replace")
+    text = read_bounded(path, shown, "llama-server or llama-cli output", LOG_LIMIT).decode(
+        "utf-8", errors="replace"
+    )
     runs: list[Run] = []
+    notes: list[str] = []
     largest: dict[int, float] = {}
     buffers: dict[int, str] = {}
     prompt = 0
     for lineno, line in enumerate(text.splitlines(), 1):
         if m := PROMPT_LINE.search(line):
-            prompt = int(m.group(2))
+            prompt = min(int(m.group(2)), 2**31 - 1) if len(m.group(2)) <= 20 else 2**31 - 1
         elif m := EVAL_LINE.search(line):
-            ms, tokens = float(m.group(1)), int(m.group(2))
-            if tokens > 0 and ms > 0:
+            ms, digits = float(m.group(1)), m.group(2)
+            tokens = int(digits) if len(digits) <= 20 else 10**20  # past any count: a rate it refuses
+            rate = 1000.0 * tokens / ms if tokens > 0 and 0 < ms < math.inf else None
+            if rate is not None and rate_problem(rate) is not None:
+                notes.append(f"{shown}:{lineno}: {rate:.4g} tokens/s: {rate_problem(rate)}: skipped")
+            elif rate is not None:
                 placement = f"{flags}, depth {prompt}" if prompt else flags
-                runs.append(Run(f"{shown}:{lineno}", words, prompt, 1000.0 * tokens / ms, 0.0, placement))
+                runs.append(Run(f"{shown}:{lineno}", words, prompt, rate, 0.0, placement))
             prompt = 0
         for m in BUFFER_LINE.finditer(line):
             gpu, mib = int(m.group(2)), m.group(3)
             if float(mib) >= largest.get(gpu, -1.0):
                 largest[gpu], buffers[gpu] = float(mib), f"{mib} MiB"
+    if not runs and not buffers and notes:
+        raise InputError(shown, f"no run to calibrate from: {notes[0]}")
     if not runs and not buffers:
         raise InputError(
             shown,
             "no 'eval time = X ms / N tokens' and no 'CUDA0 compute buffer size' lines: "
             "is this llama-server's or llama-cli's output?",
         )
-    return LogFile(runs, buffers)
+    return LogFile(runs, buffers, notes)

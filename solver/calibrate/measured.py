@@ -7,11 +7,32 @@ scores each placement and fits the rig's speed constants to them.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
 #: A GPU device or buffer name as llama.cpp prints it: the backend, then the device's number
 #: (``CUDA0``, ``ROCm1``, ``Vulkan0``). Its number is the rig's GPU index.
+#: Fastest decode a measurement may claim, tokens per second: no single stream of an MoE model decodes
+#: near this fast, so a rate above it is a garbled or made-up line, not a run.
+MAX_RATE = 100_000.0
+
+
+def rate_problem(rate: object) -> str | None:
+    """What is wrong with a measured ``rate`` (tokens per second), or None for a plausible one."""
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)):
+        return "expected tokens per second above 0"
+    try:
+        value = float(rate)
+    except OverflowError:  # an integer of hundreds of digits
+        value = math.inf
+    if not math.isfinite(value) or value <= 0:
+        return "expected tokens per second above 0"
+    if value > MAX_RATE:
+        return f"over {MAX_RATE:,.0f} tokens per second, faster than any decode"
+    return None
+
+
 GPU_NAME = re.compile(r"^([A-Za-z]+)(\d+)$")
 
 

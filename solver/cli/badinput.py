@@ -1,4 +1,8 @@
-"""Bad input ends a command with one line on stderr and exit code 2, never a traceback."""
+"""Bad input ends a command with one line on stderr and exit code 2, never a traceback.
+
+Running out of memory is bad input too: only an input too large for the machine gets there (every file
+reader is bounded, solver.files.bounded), so it is one line and exit 2 rather than a traceback.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +17,9 @@ from solver.errors import InputError
 from solver.exitcodes import ExitCode
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+#: The line for a MemoryError: an input (a file or an option) needs more memory than the machine has.
+OUT_OF_MEMORY = "out of memory: an input asks for more than this machine holds"
 
 
 def fail(message: str) -> NoReturn:
@@ -30,5 +37,7 @@ def input_errors(fn: F) -> F:
             return fn(*args, **kwargs)
         except InputError as exc:
             fail(str(exc))
+        except MemoryError:
+            fail(OUT_OF_MEMORY)
 
     return wrapper  # type: ignore[return-value]

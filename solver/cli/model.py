@@ -11,12 +11,13 @@ import click
 
 from solver.cli.badinput import input_errors
 from solver.cli.written import OUTPUT, command_line, emit, relative
+from solver.files.config import shown_path
 
 KV_TYPES = ("f16", "q8_0", "q4_0")
 
 _PROFILE = click.option(
     "--profile",
-    type=click.Path(path_type=Path, dir_okay=False),
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
     help="Routing profile the model file names (written relative to the output).",
 )
 
@@ -86,9 +87,10 @@ def from_hf_cmd(
 ) -> None:
     """Estimated bytes from a Hugging Face config.json and a weight scheme."""
     from solver.importers.hf import checkpoint_of, read_hf
-    from solver.importers.modelfile import model_yaml
+    from solver.importers.modelfile import check_sizes, model_yaml
 
     m = read_hf(config_file, weights, name, kv_type)
+    check_sizes(m, shown_path(config_file))
     found = checkpoint_of(config_file) if hf_model is None else hf_model
     m.hf_model = relative(found, output) if isinstance(found, Path) else found
     options = {

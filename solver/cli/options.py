@@ -28,6 +28,24 @@ class Finite(click.FloatRange):
         return super().convert(number, param, ctx)
 
 
+class Tokens(click.ParamType):
+    """A token count: 32768, 32K or 1M (K is 1,024 tokens), as ``--contexts`` takes them."""
+
+    name = "TOKENS"
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        from solver.units import parse_tokens
+
+        if isinstance(value, int):
+            return value
+        try:
+            return parse_tokens(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+#: A context option's type.
+TOKENS = Tokens()
 #: Seconds of a time limit: finite and above zero.
 SECONDS = Finite(min=0, min_open=True)
 #: A file path option's type.

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
+from click.core import ParameterSource
 from rich.console import Console
 
 from solver import interrupt
@@ -24,6 +25,7 @@ from solver.cli.options import (
     PATH,
     PROFILE,
     SECONDS,
+    TOKENS,
     default_workers,
     engine_option,
     grouped,
@@ -149,7 +151,7 @@ def _progress(enabled: bool) -> tuple[Callable[[str, float, float], None] | None
     help="Keep the rig's GPU order, or choose it.",
 )
 @click.option("--idle-gpus", is_flag=True, help="Let the plan leave out GPUs that cost more than they give.")
-@click.option("--context", type=click.IntRange(min=0), help="Tokens of KV cache per full-attention layer.")
+@click.option("--context", type=TOKENS, help="Tokens of KV cache per full-attention layer (32768, 32K).")
 @click.option(
     "--time-limit",
     type=SECONDS,
@@ -221,6 +223,13 @@ def plan_cmd(rig: Path, plan: PlanOptions, output: OutputOptions, sweep: SweepOp
     from solver.planning.planner import plan_rig
     from solver.report.planview import to_json
 
+    if output.export is None:  # options that shape the --export command mean nothing without it
+        source = click.get_current_context().get_parameter_source("shell")
+        alone = (
+            "--fit-off" if output.fit_off else "--shell" if source is ParameterSource.COMMANDLINE else None
+        )
+        if alone:
+            raise click.UsageError(f"{alone} shapes the --export command; give --export ENGINE with it")
     if sweep.given:
         clash = sweep.clash(plan, output)
         if clash:

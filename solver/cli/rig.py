@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from solver.cli.badinput import fail, input_errors
+from solver.cli.options import TOKENS
 from solver.cli.written import OUTPUT, command_line, emit, relative
 from solver.engines import DEFAULT_ENGINE, ENGINES, engine_named
 from solver.files.config import host_problem, load_model
@@ -36,11 +37,12 @@ def rig_group() -> None:
 @click.option("--model", type=click.Path(path_type=Path, dir_okay=False), help="Model file the rig names.")
 @click.option("--name", help="Rig name (default: the output file's stem).")
 @click.option(
-    "--context", type=click.IntRange(min=0), default=DEFAULT_CONTEXT, show_default=True, help="KV tokens."
+    "--context", type=TOKENS, default=DEFAULT_CONTEXT, show_default=True, help="KV tokens (32768, 32K)."
 )
 @click.option("--reserve", default=DEFAULT_RESERVE, show_default=True, help="VRAM kept free on every card.")
 @click.option("--list", "show", is_flag=True, help="List the cards the table knows.")
 @OUTPUT
+@click.option("--force", is_flag=True, help="Write over an existing -o file.")
 @input_errors
 def rig_new_cmd(
     cards: tuple[str, ...],
@@ -53,12 +55,14 @@ def rig_new_cmd(
     reserve: str,
     show: bool,
     output: Path | None,
+    force: bool,
 ) -> None:
     """A rig of CARDS in pipeline order ("RTX 4090" "RTX 3090" ..., or HOST:CARD for a card on machine
     HOST), from the card table (no NVML)."""
     from solver.files.cards import CardError
     from solver.importers.hostmem import parse_host_bandwidth
     from solver.importers.rigfile import check_engine, place, rig_yaml
+    from solver.planning.plausible import host_memory_doubt
     from solver.units import parse_size
 
     if show:
@@ -94,8 +98,19 @@ def rig_new_cmd(
         host_bytes = parse_size(host_memory) if host_memory is not None else None
     except ValueError as exc:
         fail(f"--host-memory: {exc}")
+    doubt = host_memory_doubt(host_memory, host_bytes) if host_bytes is not None else None
+    if doubt is not None:
+        click.echo(f"--host-memory: {doubt}", err=True)
     try:
-        placed = place(list(cards))
+        placed = place(list(cards), engine)
+        hosts = list(dict.fromkeys(c.host for c in placed))
+        together = sorted(placed, key=lambda c: hosts.index(c.host))  # a rig lists a host's GPUs together
+        if together != placed:
+            placed = together
+            listed = " ".join(f"{c.host}:{c.card.name}" if c.host else c.card.name for c in placed)
+            click.echo(
+                f"solve rig new: each machine's GPUs listed together, in this order: {listed}", err=True
+            )
         check_engine(placed, engine)
         if model is not None:
             load_model(model)
@@ -121,7 +136,7 @@ def rig_new_cmd(
             host_memory=host_bytes,
             command=command,
         )
-        emit(text, output, [model] if model else [])
+        emit(text, output, [model] if model else [], overwrite=force)
     except CardError as exc:
         fail(str(exc))
 

@@ -26,6 +26,7 @@ from solver.cli.options import (
     PATH,
     PROFILE,
     SECONDS,
+    TOKENS,
     default_workers,
     engine_option,
     json_option,
@@ -49,7 +50,10 @@ def command_words(words: list[str]) -> list[str]:
             out.append(word)
             continue
         for line in word.splitlines():
-            parts = [w for w in shlex.split(line, comments=True) if w != "export"]
+            try:
+                parts = [w for w in shlex.split(line, comments=True) if w != "export"]
+            except ValueError as exc:  # an unbalanced quote
+                raise ArgsError(f"{line.strip()!r}: {exc}, as a shell would not run it") from None
             if "rpc-server" not in parts:
                 out += parts
     return out
@@ -76,6 +80,11 @@ def plan_export(r: Result) -> list[str] | None:
 @MODEL
 @PROFILE
 @engine_option("The engine the command runs (default: the rig's, else strata).")
+@click.option(
+    "--context",
+    type=TOKENS,
+    help="Tokens of KV cache (32768, 32K), instead of the rig's; a command's own (-c) still wins.",
+)
 @json_option("Print one JSON object: the score and the plan.")
 @click.option("--time-limit", type=SECONDS, help="Plan within SECONDS.")
 @workers_option()
@@ -86,6 +95,7 @@ def score(
     model: Path | None,
     profile: Path | None,
     engine: str | None,
+    context: int | None,
     as_json: bool,
     time_limit: float | None,
     workers: int | None,
@@ -104,10 +114,13 @@ def score(
     from solver.report.scoreview import print_score, to_score_json
     from solver.solvers import Limits
 
-    words = command_words(list(command))
+    try:
+        words = command_words(list(command))
+    except ArgsError as exc:
+        fail(f"score: {exc}")
     if not words:
         fail("score: give the command after --, e.g. solve score RIG -- -ngl 99 -ts 3,1")
-    problem = load_problem(rig, Overrides(model=model, profile=profile, engine=engine))
+    problem = load_problem(rig, Overrides(model=model, profile=profile, engine=engine, context=context))
     runner = engine_of(problem)
     try:
         scored = runner.score(problem, runner.read_command(words))

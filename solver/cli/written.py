@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from solver.errors import InputError, brief
 from solver.files.atomicfile import refuse_inputs, write_atomic
 from solver.files.config import shown_path
 
@@ -30,17 +31,30 @@ def relative(target: Path, output: Path | None) -> str:
         return str(target.resolve())
 
 
-def emit(text: str, output: Path | None, inputs: list[Path]) -> None:
-    """Write ``text`` to ``output`` (atomically, never over an input), or print it."""
+def emit(text: str, output: Path | None, inputs: list[Path], overwrite: bool = True) -> None:
+    """Write ``text`` to ``output`` (atomically, never over an input, and over an existing regular file
+    only with ``overwrite``), or print it."""
     if output is None:
         click.echo(text, nl=False)
         return
     refuse_inputs(output, shown_path(output), inputs)
+    if not overwrite and output.is_file():  # a file's contents are lost; a pipe or device has none
+        raise InputError(shown_path(output), "exists; give --force to write over it, or another -o")
     write_atomic(output, shown_path(output), text)
     click.echo(f"wrote {shown_path(output)}", err=True)
 
 
 def command_line(words: list[object], options: dict[str, object]) -> str:
-    """The command line as a user would type it again; options whose value is None are left out."""
+    """The command line as a user would type it again; options whose value is None are left out.
+
+    It goes into the written file's first comment, so a word with a control character (a newline would
+    end the comment and start a key of its own) is refused, naming the option that holds it.
+    """
+    for flag, value in [*((None, w) for w in words), *options.items()]:
+        if value is not None and not all(ch.isprintable() for ch in str(value)):
+            raise InputError(
+                flag or "solve",
+                f"{brief(str(value))} holds a control character, which no written file may hold",
+            )
     flags = [str(part) for flag, value in options.items() if value is not None for part in (flag, value)]
     return shlex.join(["solve", *(str(w) for w in words), *flags])

@@ -88,11 +88,12 @@ class Shape:
 
 @dataclass(frozen=True)
 class Orders:
-    """The GPU orders (a GPU per stage) an engine can run, and why there are none when the list is
-    empty."""
+    """The GPU orders (a GPU per stage) an engine can run, ``free``: sets of GPUs it runs in any order
+    that keeps each host's stages one run, and why there are none when both lists are empty."""
 
     gpus: list[tuple[int, ...]]
     reason: str = ""
+    free: list[tuple[int, ...]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,9 @@ goes into the shared ``reserve``.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 from dataclasses import dataclass
-from itertools import groupby, permutations, product
+from itertools import combinations, groupby, islice, permutations, product
 from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
@@ -111,18 +112,44 @@ HF_PLACEHOLDER = "the checkpoint directory or Hugging Face id to serve (a model 
 GPU_MEMORY_UTILIZATION = 0.9
 #: Activation memory of the engine's profiling run, kept from the KV cache (docs/engines.md).
 ACTIVATIONS = 2**30
-#: Allowed GPU orders planned one by one at most; beyond, hosts of equal GPU count keep the rig's order.
+#: Allowed GPU orders (or GPU sets) planned one by one at most; beyond, the rest are not planned.
 MAX_ORDERS = 5040
 
 
-def _host_runs(p: Problem) -> list[list[int]] | None:
-    """Each host's GPUs in rig order, hosts in order of first appearance; None when the rig is on one
-    host or may leave GPUs out (then every plan's hosts are checked by its export)."""
+def _host_runs(p: Problem, gpus: tuple[int, ...] | None = None) -> list[list[int]]:
+    """Each host's GPUs of ``gpus`` (all by default) in rig order, hosts in order of first appearance."""
     hosts = p.hosts
-    if len(set(hosts.tolist())) < 2 or p.idle_gpus:
-        return None
-    firsts = list(dict.fromkeys(int(h) for h in hosts))
-    return [[g for g in range(p.n_gpus) if hosts[g] == h] for h in firsts]
+    used = range(p.n_gpus) if gpus is None else gpus
+    firsts = list(dict.fromkeys(int(hosts[g]) for g in used))
+    return [[g for g in used if hosts[g] == h] for h in firsts]
+
+
+def _over_hosts(p: Problem) -> bool:
+    return len(set(p.hosts.tolist())) > 1
+
+
+def _gpu_sets(p: Problem) -> Iterator[tuple[int, ...]]:
+    """The GPU sets a plan may use, each in rig order: every GPU, or with idle GPUs every non-empty
+    set, the larger first."""
+    if not p.idle_gpus:
+        yield tuple(range(p.n_gpus))
+        return
+    for size in range(p.n_gpus, 0, -1):
+        yield from combinations(range(p.n_gpus), size)
+
+
+def _ray_orders(runs: list[list[int]], most: int) -> list[tuple[int, ...]]:
+    """The orders Ray runs ``runs`` (each host's GPUs ascending) in, at most ``most``: any host first,
+    the others by ascending GPU count, hosts of equal count in any order."""
+    out: list[tuple[int, ...]] = []
+    for i, first in enumerate(runs):
+        rest = sorted(runs[:i] + runs[i + 1 :], key=len)
+        groups = [list(group) for _, group in groupby(rest, key=len)]
+        for choice in product(*(permutations(group) for group in groups)):
+            out.append(tuple(g for gpus in [first, *(r for grp in choice for r in grp)] for g in gpus))
+            if len(out) >= most:
+                return out
+    return out
 
 
 class Resident(BytesSpeed):
@@ -234,27 +261,27 @@ class Vllm(Resident):
     def orders(self, p: Problem) -> Orders | None:
         """Over several hosts, Ray runs each node's GPUs in ascending order and the nodes after the
         driver's (the first) in ascending order of their stage count; nodes of equal count may come in
-        either order (the export says which address must sort first)."""
-        runs = _host_runs(p)
-        if runs is None:
+        either order (the export says which address must sort first). With idle GPUs, the same for
+        every set of GPUs a plan may use."""
+        if not _over_hosts(p):
             return None
-        if p.order == "as-given":
-            counts = [len(gpus) for gpus in runs[1:]]
-            if counts != sorted(counts):
-                return Orders(
-                    [],
-                    "vLLM over Ray runs the hosts after the first in ascending order of their "
-                    "GPU count; list them so, or use order: auto",
-                )
-            return Orders([tuple(g for gpus in runs for g in gpus)])
         out: list[tuple[int, ...]] = []
-        for i, first in enumerate(runs):
-            rest = sorted(runs[:i] + runs[i + 1 :], key=len)
-            groups = [list(group) for _, group in groupby(rest, key=len)]
-            for choice in product(*(permutations(group) for group in groups)):
-                out.append(tuple(g for gpus in [first, *(r for grp in choice for r in grp)] for g in gpus))
-                if len(out) >= MAX_ORDERS:
-                    return Orders(out)
+        for gpus in _gpu_sets(p):
+            runs = _host_runs(p, gpus)
+            if p.order == "as-given":
+                counts = [len(run) for run in runs[1:]]
+                if counts == sorted(counts):
+                    out.append(tuple(g for run in runs for g in run))
+            else:
+                out += _ray_orders(runs, MAX_ORDERS - len(out))
+            if len(out) >= MAX_ORDERS:
+                break
+        if not out:
+            return Orders(
+                [],
+                "vLLM over Ray runs the hosts after the first in ascending order of their "
+                "GPU count; list them so, or use order: auto",
+            )
         return Orders(out)
 
     def partition(self, n_layers: int, k: int) -> list[int]:
@@ -282,14 +309,24 @@ class Sglang(Resident):
 
     def orders(self, p: Problem) -> Orders | None:
         """Over several hosts SGLang runs equally many pipeline stages on every node; any order of
-        the hosts and of each host's GPUs runs."""
-        runs = _host_runs(p)
-        if runs is None or len({len(gpus) for gpus in runs}) == 1:
+        the hosts and of each host's GPUs runs. With idle GPUs, every set of GPUs with as many on
+        each host it uses (as given: in rig order, each host's GPUs together)."""
+        if not _over_hosts(p):
             return None
-        each = ", ".join(f"{p.host_names[int(p.hosts[gpus[0]])]}: {len(gpus)}" for gpus in runs)
-        return Orders(
-            [], f"SGLang runs equally many pipeline stages on every node; the hosts have {each} GPUs"
-        )
+        runs = _host_runs(p)
+        if not p.idle_gpus:
+            if len({len(gpus) for gpus in runs}) == 1:
+                return None
+            each = ", ".join(f"{p.host_names[int(p.hosts[gpus[0]])]}: {len(gpus)}" for gpus in runs)
+            return Orders(
+                [], f"SGLang runs equally many pipeline stages on every node; the hosts have {each} GPUs"
+            )
+        equal = [
+            gpus for gpus in islice(_gpu_sets(p), 2**20) if len({len(r) for r in _host_runs(p, gpus)}) == 1
+        ][:MAX_ORDERS]
+        if p.order == "as-given":
+            return Orders([tuple(g for run in _host_runs(p, gpus) for g in run) for gpus in equal])
+        return Orders([], free=equal)
 
     def partition(self, n_layers: int, k: int) -> list[int]:
         counts = [n_layers // k] * k

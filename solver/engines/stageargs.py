@@ -129,10 +129,12 @@ def _apply(fields: dict, flag: str, what: str, value: str) -> None:
     if what == "cuts":
         fields["cuts"] = _partition(flag, value) if value.strip() else ()
         return
-    if not re.fullmatch(r"\d+", value):
+    if not re.fullmatch(r"[0-9]+", value):
         raise ArgsError(f"{flag} {value}: expected a whole number")
     n = stoi(flag, value)
     if what == "pp":
+        if n < 1:
+            raise ArgsError(f"{flag} {value}: a pipeline has at least 1 stage")
         fields["stages"] = n
     elif what == "tp" and n != 1:
         raise ArgsError(

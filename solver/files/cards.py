@@ -24,6 +24,7 @@ ROCm runtime take different amounts: edit ``free``.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import functools
 import re
@@ -130,29 +131,44 @@ def choices(cards: list[Card]) -> str:
     return ", ".join(f'"{c.name}" ({c.memory}, {c.bandwidth / 1e9:g} GB/s)' for c in cards)
 
 
-def find_card(name: str, total_mib: int | None = None) -> Card | None:
+#: A card's figures a plan may read, and how messages name them.
+FIGURES = {"vram_mib": "memory", "bandwidth": "bandwidth", "sms": "SM count", "boost_ghz": "boost clock"}
+
+
+def find_card(
+    name: str, total_mib: int | None = None, reads: tuple[str, ...] = tuple(FIGURES)
+) -> Card | None:
     """The card ``name`` means (``NVIDIA GeForce RTX 3090``, ``rtx3090``, ``RTX 3090``), or None.
 
-    A name several cards share raises AmbiguousCard, unless ``total_mib`` (the total memory NVML reports)
-    is nearest to the memory of exactly one of them (within 10%).
+    A name several cards share raises AmbiguousCard, naming the figures they differ in, unless they
+    agree on every figure in ``reads`` (the ones the plan uses: then any of them plans alike, and the
+    first is taken under the name given) or ``total_mib`` (the total memory NVML reports) is nearest to
+    the memory of exactly one of them (within 10%).
     """
     found = _by_key().get(_key(name))
     if not found:
         return None
     if len(found) == 1:
         return found[0]
+    differ = [key for key in reads if len({getattr(c, key) for c in found}) > 1]
+    if not differ:
+        return dataclasses.replace(found[0], name=name.strip(), aka=())
     if total_mib is not None:
         nearest = min(abs(c.vram_mib - total_mib) for c in found)
         best = [c for c in found if abs(c.vram_mib - total_mib) == nearest]
         if len(best) == 1 and nearest <= best[0].vram_mib // 10:
             return best[0]
-    raise AmbiguousCard(f"{name.strip()!r} names {len(found)} cards: write one of {choices(found)}")
+    what = " and ".join(FIGURES[key] for key in differ)
+    raise AmbiguousCard(
+        f"{name.strip()!r} names {len(found)} cards that differ in {what}: write one of {choices(found)}"
+    )
 
 
-def card(name: str) -> Card:
+def card(name: str, reads: tuple[str, ...] = tuple(FIGURES)) -> Card:
     """The card ``name`` means; UnknownCard, listing close matches and how to write the GPU by hand, when
-    the table does not hold it; AmbiguousCard when several cards share the name."""
-    found = find_card(name)
+    the table does not hold it; AmbiguousCard when several cards share the name and differ in a figure
+    of ``reads`` (see find_card)."""
+    found = find_card(name, reads=reads)
     if found is not None:
         return found
     close = difflib.get_close_matches(_key(name), list(_by_key()), n=4, cutoff=0.5)

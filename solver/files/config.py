@@ -23,7 +23,7 @@ from pydantic import (
 from solver.errors import InputError, brief
 from solver.files.kvcache import KV_TYPES
 from solver.files.yamlfile import YamlDoc, key_name, load_yaml
-from solver.units import parse_rate, parse_size
+from solver.units import MAX_CONTEXT, parse_rate, parse_size
 
 Size = Annotated[int, BeforeValidator(parse_size)]
 Rate = Annotated[int, BeforeValidator(parse_rate)]
@@ -142,7 +142,7 @@ class RigConfig(_Strict):
 
     name: Name | None = None
     model: FilePath | None = None
-    context: Annotated[int, Field(ge=0)] = 0
+    context: Annotated[int, Field(ge=0, le=MAX_CONTEXT)] = 0
     miss_ms: NonNegMs = 190.0  # strata
     handoff_ms: NonNegMs = 0.0
     first_stage_min_layers: Count = 1

@@ -9,7 +9,8 @@ import yaml
 from yaml.constructor import ConstructorError, SafeConstructor
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from solver.errors import InputError, read_input
+from solver.errors import InputError
+from solver.files.bounded import YAML_LIMIT, read_bounded
 
 KeyPath = tuple[str | int, ...]
 
@@ -119,7 +120,7 @@ class _Converter:
 
 def load_yaml(path: Path, shown: str) -> YamlDoc:
     """Parse ``path`` (named ``shown`` in messages) into a YamlDoc; any problem is an InputError."""
-    raw = read_input(path, shown, "a YAML file")
+    raw = read_bounded(path, shown, "a YAML file", YAML_LIMIT)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -9,6 +9,8 @@ the file and a fraction of a second. Malformed or truncated input raises ``GGUFF
 from __future__ import annotations
 
 import mmap
+import os
+import stat
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -197,6 +199,8 @@ def read_header(path: Path) -> GGUFHeader:
     Raises OSError when the file cannot be opened and GGUFFormatError when it is not a GGUF header.
     """
     with open(path, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):  # a device or pipe: no size to map
+            raise GGUFFormatError("not a regular file (a device or a pipe), expected a GGUF file")
         if handle.seek(0, 2) == 0:
             raise GGUFFormatError("empty file, not a GGUF file")
         with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as buf:

@@ -82,7 +82,7 @@ def read_hf(config_path: Path, weights: str, name: str | None = None, kv_type: s
             shown, f"{fam.nextn} next-token-prediction layers is above the limit of {MAX_LAYERS:,}"
         )
     h, vocab = c.int("hidden_size"), c.int("vocab_size")
-    tied = bool(c.get("tie_word_embeddings", data.get("tie_word_embeddings", False)))
+    tied = c.flag("tie_word_embeddings", False, data)
 
     embed = Tensor("token_embd", "embed", (vocab, h))
     head = Tensor("output", "head", (vocab, h))

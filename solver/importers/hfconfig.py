@@ -8,10 +8,14 @@ import re
 from pathlib import Path
 from typing import Any
 
-from solver.errors import InputError, read_input
+from solver.errors import InputError
+from solver.files.bounded import CONFIG_LIMIT, read_bounded
 from solver.files.config import COUNT_MAX, shown_path
 from solver.importers.ggmltypes import KV_TYPES, row_bytes
 from solver.importers.modelfile import MAX_EXPERTS
+
+#: Widths and head counts every layer divides by or multiplies by: 0 is no model.
+NOT_ZERO = frozenset({"hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim"})
 
 
 class Config:
@@ -45,6 +49,17 @@ class Config:
             raise InputError(self.shown, f"expected a whole number >= 0, got {value!r}", key=key)
         if value > COUNT_MAX:
             raise InputError(self.shown, f"{value} is above the limit of {COUNT_MAX:,}", key=key)
+        if value == 0 and key in NOT_ZERO:
+            raise InputError(self.shown, "expected at least 1, got 0 (a model has some)", key=key)
+        return value
+
+    def flag(self, key: str, default: bool, fallback: dict[str, Any] | None = None) -> bool:
+        """A true/false setting (``tie_word_embeddings``), from ``fallback`` (the outer config) when
+        unset here; text such as ``"false"`` is refused, as Python would read it as true."""
+        value = self.data.get(key, (fallback or {}).get(key, default))
+        value = default if value is None else value
+        if not isinstance(value, bool):
+            raise InputError(self.shown, f"expected true or false, got {value!r}", key=key)
         return value
 
     def positive(self, key: str, default: int | None = None) -> int:
@@ -104,7 +119,7 @@ class Config:
 def load_config(path: Path) -> tuple[dict[str, Any], str]:
     """The JSON object in ``path`` and the path as messages show it."""
     shown = shown_path(path)
-    raw = read_input(path, shown, "a Hugging Face config.json")
+    raw = read_bounded(path, shown, "a Hugging Face config.json", CONFIG_LIMIT)
     try:
         data = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:

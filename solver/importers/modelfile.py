@@ -6,7 +6,9 @@ import json
 import textwrap
 from dataclasses import dataclass, field
 
+from solver.errors import InputError
 from solver.files.kvcache import DEFAULT_KV_TYPE
+from solver.units import INT64_MAX
 
 
 @dataclass
@@ -56,6 +58,22 @@ class ImportedModel:
     vocab_size: int | None = None
     embedding_bytes: int = 0
     other_weight_bytes: int = 0
+
+
+def check_sizes(m: ImportedModel, shown: str) -> None:
+    """InputError (naming ``shown``, the file the sizes came from) for a size past 2^63 - 1 bytes, the
+    most a model file may hold: a config whose widths multiply past it is no model."""
+    sizes = {
+        "expert_bytes": max(m.expert_bytes, default=0),
+        "dense_bytes": max(m.dense_bytes, default=0),
+        "state_bytes": max(m.state_bytes.values(), default=0),
+        "kv_bytes_per_token": max(m.kv_bytes_per_token.values(), default=0),
+        "first_stage_bytes": m.first_stage_bytes,
+        "last_stage_bytes": m.last_stage_bytes,
+    }
+    for key, size in sizes.items():
+        if size > INT64_MAX:
+            raise InputError(shown, f"{key} would be {size:,} bytes, past the 2^63-1 a model file holds")
 
 
 #: Most layers (or blocks) a model file may have: far above any published model (the largest have
@@ -136,7 +154,8 @@ def model_yaml(m: ImportedModel, profile: str | None = None) -> str:
     Lists that hold one value throughout are written as that value, and ``kinds`` as its shortest
     repeating cycle. ``profile`` (a path relative to the model file) is written only when given.
     """
-    head = [f"# {m.name}: model file written by `{m.command}`." if m.command else f"# {m.name}: model file."]
+    name = m.name if m.name.isprintable() else json.dumps(m.name)  # a name from a header stays one line
+    head = [f"# {name}: model file written by `{m.command}`." if m.command else f"# {name}: model file."]
     if m.estimate:
         head += [
             "# ESTIMATE: the bytes come from the weight scheme's type for each tensor, not from the weights",

@@ -29,8 +29,11 @@ class Placed:
     host: str | None = None
 
 
-def place(names: list[str]) -> list[Placed]:
-    """The cards ``names`` mean; ``HOST:CARD`` puts the card on machine HOST. Raises CardError."""
+def place(names: list[str], engine: str = DEFAULT_ENGINE) -> list[Placed]:
+    """The cards ``names`` mean; ``HOST:CARD`` puts the card on machine HOST. A name several cards share
+    is taken where they agree on what ``engine`` reads of a card (memory, and its SMs and boost clock or
+    its bandwidth). Raises CardError."""
+    speed = ("sms", "boost_ghz") if "sms" in engine_named(engine).speed_keys else ("bandwidth",)
     out = []
     for raw in names:
         host, sep, name = raw.partition(":")
@@ -39,7 +42,7 @@ def place(names: list[str]) -> list[Placed]:
         if sep and not name.strip():
             raise CardError(f"{raw!r}: name the card after the colon, e.g. '{host.strip()}:RTX 3090'")
         try:
-            found = card(name if sep else raw)
+            found = card(name if sep else raw, reads=("vram_mib", *speed))
         except CardError as exc:
             raise type(exc)(f"{raw.strip()!r}: {exc}" if sep else str(exc)) from None
         out.append(Placed(found, host.strip() if sep else None))

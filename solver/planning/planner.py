@@ -20,6 +20,7 @@ from solver.problem.placement import Placement, bounds_ok, feasible
 from solver.problem.problem import Problem
 from solver.solvers import Limits, Solution, TooLarge
 from solver.solvers.arcs import Arcs
+from solver.solvers.orders import AnyOrder
 from solver.solvers.proportional import solve_proportional
 from solver.solvers.route import POLICY, Policy, Route, forced_times, oracle, route, solve
 
@@ -110,7 +111,8 @@ def plan_rig(
     table_ms = (time.perf_counter() - t0) * 1e3
     arcs = build_arcs(p, table)
     rule = engine_of(p).orders(p)
-    chosen = route(arcs, policy, None if rule is None else rule.gpus)
+    allowed = None if rule is None else [*rule.gpus, *(AnyOrder(gpus) for gpus in rule.free)]
+    chosen = route(arcs, policy, allowed)
     solution = solve_plan(arcs, limits, policy, chosen)
     plan = evaluate(p, solution.gpus, solution.cuts) if solution.found else None
     if plan is not None and not feasible(p, plan):
@@ -134,7 +136,7 @@ def plan_rig(
     if plan is not None and len(plan.gpus) < p.n_gpus:
         result.idle_cost_ms = idle_report(arcs, plan, limits, policy)
     if check:
-        result.oracle = run_oracle(p, arcs, solution, limits, None if rule is None else rule.gpus, policy)
+        result.oracle = run_oracle(p, arcs, solution, limits, allowed, policy)
     return result
 
 

@@ -28,6 +28,8 @@ from solver.units import UNITS, format_rate, format_size, parse_rate
 MIN_FREE = 256 * 2**20
 #: Clock above which ``clock_ghz`` is implausible: no GPU boosts past about 3.2 GHz.
 MAX_CLOCK_GHZ = 5.0
+#: Host RAM below which ``host_memory`` is implausible: a host that runs an MoE model has gigabytes.
+MIN_HOST_MEMORY = 2**30
 #: A bare ``expert_bytes`` below this is implausible: the smallest quantised experts take hundreds of KiB.
 MIN_EXPERT = 64 * 2**10
 #: The next smaller unit of each size unit, for "did you mean '1.95 MiB'?" when a size is too big.
@@ -69,6 +71,22 @@ def _raw(doc: YamlDoc, path: KeyPath) -> object:
     for part in path:
         value = value[part]  # type: ignore[index]
     return value
+
+
+def host_memory_doubt(raw: object, value: int) -> str | None:
+    """What is odd about a ``host_memory`` of ``value`` bytes written ``raw``, or None."""
+    if value >= MIN_HOST_MEMORY:
+        return None
+    if isinstance(raw, int) or (isinstance(raw, str) and raw.strip().isdigit()):
+        return f"{int(raw):,} bytes is implausibly small for host RAM; did you mean '{int(raw)} GiB'?"
+    return f"{raw} ({format_size(value)}) is implausibly small for host RAM (under 1 GiB); check the unit"
+
+
+def _host_doubts(rig: RigConfig, doc: YamlDoc) -> list[Doubt]:
+    if rig.host_memory is None:
+        return []
+    what = host_memory_doubt(_raw(doc, ("host_memory",)), rig.host_memory)
+    return [] if what is None else [Doubt.at(doc, ("host_memory",), what)]
 
 
 def _gpu_doubts(rig: RigConfig, doc: YamlDoc) -> list[Doubt]:
@@ -215,7 +233,8 @@ def find_doubts(
     problem: Problem, rig: RigConfig, rig_doc: YamlDoc, model: ModelConfig, model_doc: YamlDoc
 ) -> list[Doubt]:
     """Every implausible value of these validated files, in file order (rig, then model)."""
-    in_rig = sorted([*rate_doubts(rig_doc), *_gpu_doubts(rig, rig_doc)], key=lambda d: d.line or 0)
+    in_rig = [*rate_doubts(rig_doc), *_host_doubts(rig, rig_doc), *_gpu_doubts(rig, rig_doc)]
+    in_rig.sort(key=lambda d: d.line or 0)
     return [
         *in_rig,
         *_context_doubts(problem, rig, rig_doc, model, model_doc),

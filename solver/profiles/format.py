@@ -8,8 +8,9 @@ from pathlib import Path
 
 import numpy as np
 
-from solver.errors import InputError, brief, read_input
+from solver.errors import InputError, brief
 from solver.files.atomicfile import write_atomic
+from solver.files.bounded import PROFILE_LIMIT, read_bounded
 from solver.units import INT64_MAX
 
 STRP_MAGIC = b"STRP"
@@ -43,7 +44,7 @@ class Profile:
 
 def read_profile(path: Path, shown: str) -> Profile:
     """Read a profile, telling STRP from text by its first four bytes."""
-    raw = read_input(path, shown, "a profile file")
+    raw = read_bounded(path, shown, "a profile file", PROFILE_LIMIT, binary=(STRP_MAGIC,))
     return _read_strp(raw, shown) if raw[:4] == STRP_MAGIC else _read_text(raw, shown)
 
 

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from solver.errors import InputError, read_input
+from solver.errors import InputError
+from solver.files.bounded import TRACE_LIMIT, read_bounded
 from solver.profiles.format import Profile
 
 #: No router picks more experts than this per token; a larger k is a garbled record.
@@ -118,7 +119,7 @@ def _read_one(path: Path, shown: str, experts: np.ndarray | None) -> tuple[np.nd
     Records are taken in runs of equal k, each at most CHUNK records (bounded memory); a run's
     window doubles while k stays the same, so a file whose k changes often is still read in O(n).
     """
-    raw = read_input(path, shown, "a routing trace")
+    raw = read_bounded(path, shown, "a routing trace", TRACE_LIMIT, binary=None)
     n = len(raw) // 4
     ints = np.frombuffer(raw, "<i4", count=n)
     floats = np.frombuffer(raw, "<f4", count=n)

@@ -14,7 +14,6 @@ say so: a context costs VRAM here, not time per token.
 from __future__ import annotations
 
 import dataclasses
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,20 +29,14 @@ from solver.files.kvcache import KV_TYPES
 from solver.planning.planner import Result, plan_rig
 from solver.planning.resolve import Overrides, load_problem
 from solver.solvers import Limits
-
-#: A context as users write it: tokens, or K (1,024 tokens, as llama.cpp's 128K is 131,072) or M.
-_CONTEXT = re.compile(r"(\d+)\s*([kKmM]?)")
-_SCALE = {"": 1, "k": 1024, "m": 1024**2}
+from solver.units import parse_tokens
 
 
 def parse_contexts(text: str) -> list[int]:
     """``8K,32K,65536`` -> [8192, 32768, 65536], in the order given, each once; ValueError otherwise."""
     contexts: list[int] = []
     for part in text.split(","):
-        m = _CONTEXT.fullmatch(part.strip())
-        if m is None:
-            raise ValueError(f"expected contexts like 8K,32K,65536 (K is 1,024 tokens), got {part.strip()!r}")
-        tokens = int(m[1]) * _SCALE[m[2].lower()]
+        tokens = parse_tokens(part)
         if tokens not in contexts:
             contexts.append(tokens)
     return contexts

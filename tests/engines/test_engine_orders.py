@@ -1,5 +1,6 @@
 """Every plan runs on its engine: over several hosts vLLM (Ray) and SGLang get only GPU orders they can
-run, so their own export never refuses the plan, and the enumeration in those orders agrees."""
+run, with idle GPUs and in a free order too, so their own export never refuses the plan, and the
+oracle in those orders agrees."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from solver.planning.planner import plan_rig
 from tests.helpers.enginefactory import random_engine_problem
 
 
-def _over_hosts(seed: int, engine: str):
+def _over_hosts(seed: int, engine: str, idle: bool = False, order: str = "auto"):
     p = random_engine_problem(seed, engine, n_layers=12, n_gpus=4)
     rng = np.random.default_rng(seed)
     hosts = np.sort(rng.integers(0, 3, p.n_gpus))
@@ -24,7 +25,8 @@ def _over_hosts(seed: int, engine: str):
     used = sorted(set(hosts.tolist()))
     return dataclasses.replace(
         p,
-        order="auto",
+        order=order,
+        idle_gpus=idle,
         gpu_host=np.array([used.index(h) for h in hosts]),
         host_names=[names[h] for h in used],
     )
@@ -32,8 +34,9 @@ def _over_hosts(seed: int, engine: str):
 
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
 @pytest.mark.parametrize("seed", range(12))
-def test_plans_over_hosts_export_and_agree(engine, seed):
-    p = _over_hosts(seed, engine)
+@pytest.mark.parametrize(("idle", "order"), [(False, "auto"), (True, "auto"), (True, "as-given")])
+def test_plans_over_hosts_export_and_agree(engine, seed, idle, order):
+    p = _over_hosts(seed, engine, idle, order)
     r = plan_rig(p, check=True)
     assert r.oracle.agrees, (r.status, r.oracle)
     if r.plan is None:
@@ -57,3 +60,16 @@ def test_sglang_with_unequal_hosts_says_why():
 def test_most_random_rigs_over_hosts_have_a_plan(engine):
     planned = [plan_rig(_over_hosts(seed, engine)).plan is not None for seed in range(1, 12, 2)]
     assert sum(planned) >= 4
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_idle_gpus_over_hosts_keep_the_engines_host_rules(engine):
+    """Random rigs over hosts with idle GPUs: the plan that leaves GPUs out still keeps the engine's
+    host rules (SGLang: as many stages on every node it uses; vLLM: Ray's node and GPU order)."""
+    for seed in range(40):
+        p = _over_hosts(seed, engine, idle=True)
+        r = plan_rig(p, check=True)
+        assert r.oracle.agrees
+        if r.plan is not None:
+            hosts = Hosts(tuple(p.host_names[h] for h in p.hosts), local=p.host_names[0])
+            export_lines(engine, r.plan.gpus, r.plan.cuts, p.n_layers, hosts=hosts)

@@ -104,18 +104,33 @@ AMBIGUOUS = {
 }
 
 
-@pytest.mark.parametrize("typed", list(AMBIGUOUS))
+def _alike(typed: str) -> bool:
+    """Whether every card ``typed`` names has the same memory, bandwidth, SMs and boost clock."""
+    rows = [cards()[name] for name in AMBIGUOUS[typed]]
+    return len({(c.vram_mib, c.bandwidth, c.sms, c.boost_ghz) for c in rows}) == 1
+
+
+@pytest.mark.parametrize("typed", [t for t in AMBIGUOUS if not _alike(t)])
 def test_a_name_several_cards_share_is_an_error_that_lists_how_to_write_each(typed):
     with pytest.raises(AmbiguousCard) as err:
         card(typed)
     message = str(err.value)
-    assert "\n" not in message and message.startswith(f"{typed!r} names {len(AMBIGUOUS[typed])} cards")
+    assert "\n" not in message and message.startswith(
+        f"{typed!r} names {len(AMBIGUOUS[typed])} cards that differ in"
+    )
     written = re.findall(r'"([^"]+)" \(', message)
     assert written == AMBIGUOUS[typed]
     for name in written:  # each choice, written as the message shows it, names exactly that card
         assert card(name).name == name
     with pytest.raises(AmbiguousCard):  # and find_card, which probe and the rig reader use
         find_card(typed)
+
+
+@pytest.mark.parametrize("typed", [t for t in AMBIGUOUS if _alike(t)])
+def test_a_name_whose_cards_plan_alike_is_taken_as_written(typed):
+    found = card(typed)
+    first = cards()[AMBIGUOUS[typed][0]]
+    assert found.name == typed and (found.vram_mib, found.bandwidth) == (first.vram_mib, first.bandwidth)
 
 
 def test_the_message_says_what_tells_the_cards_apart():

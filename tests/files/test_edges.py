@@ -240,22 +240,29 @@ def test_huge_context(rig):
     doc = model(kinds=["linear", "full"], kv_bytes_per_token={"full": 1024})
     out = plan(rig([gpu("64 GiB"), gpu("64 GiB")], doc, context=2**20))
     assert sum(s["room_bytes"] for s in out["stages"]) == 2 * 64 * 2**30 - 400 - 2 * 2**30
-    # at 2^40 the last GPU must run layer 3 (a full layer) at the least: 2^50 + 100 bytes
-    assert infeasible(rig([gpu("64 GiB"), gpu("64 GiB")], doc, context=2**40)) == (
-        "GPU 1 cannot hold its minimum of 1 layer (layer 3): it needs 1024.0 TiB and has 64.00 GiB "
-        "after its reserve"
-    )
+    # at 2^31 - 1 tokens (the most a context may be) the last GPU must run layer 3 (a full layer) at
+    # the least: 2 TiB + 100 bytes
+    reason = infeasible(rig([gpu("64 GiB"), gpu("64 GiB")], doc, context=2**31 - 1))
+    assert reason.startswith("GPU 1 cannot hold its minimum of 1 layer (layer 3): it needs 2")
+    assert reason.endswith("TiB and has 64.00 GiB after its reserve")
+    # past it, the rig's context is refused as the rig's, not reported as a model too large
+    path = rig([gpu("64 GiB"), gpu("64 GiB")], doc, context=2**40)
+    msg = input_error(invoke(path), [path])
+    assert msg.rest.startswith("context: input should be less than or equal to 2147483647")
 
 
 def test_context_beyond_the_byte_limit(rig):
-    doc = model(kinds=["full"], kv_bytes_per_token={"full": 2048})
+    """A context the model's KV cache cannot be counted at is the model's; one past the most tokens a
+    context may be is the option's or the rig key's."""
+    doc = model(kinds=["full"], kv_bytes_per_token={"full": 2**33})
     path = rig([gpu(INT64_MAX)], doc)
-    for args in ([], ["--context", str(10**30)]):
-        if not args:
-            path.write_text(path.read_text() + f"context: {2**60}\n")
-        msg = input_error(invoke(path, *args), [path.parent / "m.yaml"])
-        assert "beyond the 2^62 bytes moesplit plans in" in msg.rest
-        assert "at a context of" in msg.rest
+    msg = input_error(invoke(path, "--context", str(2**30)), [path.parent / "m.yaml"])
+    assert "beyond the 2^62 bytes moesplit plans in" in msg.rest and "at a context of" in msg.rest
+    result = invoke(path, "--context", str(10**30))
+    assert result.exit_code == 2 and "'--context'" in result.stderr and "moesplit plans" in result.stderr
+    path.write_text(path.read_text() + f"context: {2**60}\n")
+    msg = input_error(invoke(path), [path])
+    assert msg.rest.startswith("context: input should be less than or equal to 2147483647")
 
 
 def test_context_that_fits(rig):

@@ -84,7 +84,7 @@ def test_kinds_longer_than_the_layers(base, write):
         (b"gpus:\n\t- free: 1\n", "YAML syntax error"),
         (b"name: caf\xe9\n", "not UTF-8 text"),
         (b"\xff\xfe\x00n\x00a\x00m\x00e\x00", "not UTF-8 text"),
-        (b"name: a\x00b\n", "YAML error"),
+        (b"name: a\x00b\n", "is a binary file, expected a YAML file"),
         (b"name: !!python/object:os.system x\n", "bad value"),
         (b"a: &x [*x]\n", "an alias refers to the value that contains it"),
         (b"a: &x {b: *x}\n", "an alias refers to the value that contains it"),

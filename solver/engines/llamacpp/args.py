@@ -199,40 +199,41 @@ def _server_flag(r: _Reader, flag: str, value: str | None, shown: str) -> None:
     """One llama-server flag (or LLAMA_ARG_* variable) applied as common/arg.cpp's handler does."""
     what = LLAMA_FLAGS[flag]
     f = r.fields
+    label = flag if shown.startswith("-") else shown.partition("=")[0]  # a LLAMA_ARG_* variable by name
     if what == "ngl":
-        f["n_gpu_layers"] = -1 if value == "auto" else -2 if value == "all" else stoi(flag, value)
+        f["n_gpu_layers"] = -1 if value == "auto" else -2 if value == "all" else stoi(label, value)
     elif what == "sm":
         if value not in SPLIT_MODES:
             raise ArgsError(f"{shown}: invalid value (none, layer or row)")
         f["split_mode"] = value
     elif what == "ts":
-        f["tensor_split"] = split_ratios(flag, value, ",/")
+        f["tensor_split"] = split_ratios(label, value, ",/")
     elif what == "mg":
-        f["main_gpu"] = stoi(flag, value)
+        f["main_gpu"] = stoi(label, value)
     elif what == "dev":
-        f["devices"] = device_names(flag, value, ",")
+        f["devices"] = device_names(label, value, ",")
     elif what == "ot":
-        r.rules += override_rules(flag, value, ",")
+        r.rules += override_rules(label, value, ",")
     elif what == "ncmoe":
-        n = stoi(flag, value)
+        n = stoi(label, value)
         if n < 0:
-            raise ArgsError(f"{shown}: invalid value")
+            raise ArgsError(f"{shown}: invalid value: a count of layers, 0 or more")
         f["n_cpu_moe"] = max(f.get("n_cpu_moe", 0), n)
         r.rules += moe_rules(n)
     elif what == "cmoe":
         f["cpu_moe"] = True
         r.rules += moe_rules(cpu_moe=True)
     elif what == "ctx":
-        n = stoi(flag, value)
+        n = stoi(label, value)
         if n < 0:
-            raise ArgsError(f"{shown}: invalid value")
+            raise ArgsError(f"{shown}: invalid value: a context of tokens, 0 or more (0: the model's own)")
         f["ctx_size"] = n
     elif what in ("ctk", "ctv"):
         if value not in KV_TYPE_BYTES:
             raise ArgsError(f"{shown}: unsupported cache type (one of {', '.join(KV_TYPE_BYTES)})")
         f["type_k" if what == "ctk" else "type_v"] = value
     elif what == "rpc":
-        f["rpc"] = _endpoints(flag, value)
+        f["rpc"] = _endpoints(label, value)
 
 
 def _endpoints(flag: str, value: str) -> tuple[str, ...]:

@@ -23,7 +23,7 @@ import numpy as np
 from solver.engines.export import Offload
 from solver.engines.llamacpp.args import LlamaArgs
 from solver.engines.llamacpp.fields import LlamaFields
-from solver.engines.llamacpp.flags import moe_rules
+from solver.engines.llamacpp.flags import MAX_BLOCKS, moe_rules
 from solver.engines.llamacpp.layout import slot_devices
 from solver.engines.llamacpp.tensors import Costs, base_tensor
 from solver.errors import ArgsError
@@ -182,16 +182,26 @@ def _mains(names: tuple[str, ...]) -> list[str]:
     return [n for n in names if base_tensor(n) == n] or list(names[:1])
 
 
+@functools.cache
+def _moe_patterns(n_blocks: int) -> tuple[frozenset[str], frozenset[str]]:
+    """The ``-ncmoe``/``-cmoe`` patterns of a model of ``n_blocks`` blocks (they match expert tensors
+    only), and those of ``-ncmoe`` past its last block (they match nothing, so are not searched)."""
+    rules = [pattern for pattern, _ in moe_rules(MAX_BLOCKS)]
+    own = frozenset(rules[:n_blocks] + [pattern for pattern, _ in moe_rules(cpu_moe=True)])
+    return own, frozenset(rules[n_blocks:])
+
+
 def placed_bytes(
     p: Problem, c: Costs, args: LlamaArgs, dev: Devices, layers: list[int]
 ) -> tuple[np.ndarray, list[list[str]], list[str]]:
     """Bytes of each unit (in Costs order) on each GPU, the CPU last (shape (U, k+1)); the names of each
     unit's tensors on the CPU; notes on rules that reach past the expert tensors."""
-    rules = [(re.compile(pattern), buft, f"{pattern}={buft}") for pattern, buft in args.overrides]
+    n_blocks = p.n_layers + LlamaFields.of(p).nextn_layers
+    own, beyond = _moe_patterns(n_blocks)
+    given = [(pattern, buft) for pattern, buft in args.overrides if pattern not in beyond]
+    rules = [(re.compile(pattern), buft, f"{pattern}={buft}") for pattern, buft in given]
     targets = [dev.of_buffer(buft, shown) for _, buft, shown in rules]
     notes = []
-    n_blocks = p.n_layers + LlamaFields.of(p).nextn_layers
-    own = {pattern for pattern, _ in moe_rules(n_blocks) + moe_rules(cpu_moe=True)}  # experts only
     for regex, _, shown in rules:
         if regex.pattern in own:
             continue

@@ -26,11 +26,17 @@ PROGRAMS = ("llama-server", "llama-cli", "llama-bench", "llama-mtmd-cli", "llama
 SPLIT_MODES = ("none", "layer", "row", "tensor")
 
 
+#: Most blocks a model moesplit plans can have: the range-walk table's 2^25 cells allow 5,791 layers, so
+#: ``--n-cpu-moe`` rules past this many name no tensor and are not made.
+MAX_BLOCKS = 8192
+
+
 def moe_rules(n_cpu_moe: int = 0, cpu_moe: bool = False) -> list[tuple[str, str]]:
-    """The rules ``--n-cpu-moe N`` (the experts of layers < N) or ``--cpu-moe`` (every expert) add."""
+    """The rules ``--n-cpu-moe N`` (the experts of layers < N, at most MAX_BLOCKS) or ``--cpu-moe``
+    (every expert) add."""
     if cpu_moe:
         return [(FFN_EXPS_REGEX, "CPU")]
-    return [(f"blk\\.{i}{FFN_EXPS_REGEX}", "CPU") for i in range(n_cpu_moe)]
+    return [(f"blk\\.{i}{FFN_EXPS_REGEX}", "CPU") for i in range(min(n_cpu_moe, MAX_BLOCKS))]
 
 
 # llama-server / llama-cli: flag spellings -> what they set.

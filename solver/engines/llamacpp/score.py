@@ -51,6 +51,11 @@ def score(p: Problem, args: LlamaArgs, engine: Engine) -> Scored:
     stages added up by ``engine`` (llama.cpp's)."""
     q, notes = run_problem(p, args)
     dev = devices_of(q, args)
+    if len(args.tensor_split) > len(dev.model):
+        notes.append(
+            f"-ts gives {len(args.tensor_split)} shares for the {len(dev.model)} GPU(s) the model runs on; "
+            f"llama.cpp ignores the last {len(args.tensor_split) - len(dev.model)}"
+        )
     layers, output = layer_devices(q, args, dev)
     c = Costs.of(q)
     placed, cpu_names, rule_notes = placed_bytes(q, c, args, dev, layers)

@@ -4,7 +4,12 @@ llama-bench's value lists; ArgsError (one line) for a value llama.cpp would refu
 
 from __future__ import annotations
 
+import importlib
+import math
 import re
+from typing import Any
+
+import numpy as np
 
 from solver.engines.llamacpp.flags import LLAMA_MAX_DEVICES
 from solver.errors import ArgsError
@@ -12,22 +17,22 @@ from solver.errors import ArgsError
 
 def stoi(flag: str, text: str) -> int:
     """``std::stoi``: optional blanks and sign, then digits; what follows them is not read."""
-    m = re.match(r"\s*([+-]?\d+)", text)
+    m = re.match(r"\s*([+-]?\d+)", text, re.ASCII)  # the C locale's digits and blanks, as std::stoi
     if m is None:
         raise ArgsError(f"{flag} {text!r}: not an integer")
-    value = int(m.group(1))
+    value = int(m.group(1)) if len(m.group(1)) <= 20 else 2**64  # past int's digit limit: out of range
     if not -(2**31) <= value < 2**31:
         raise ArgsError(f"{flag} {text!r}: out of range")
     return value
 
 
-_FLOAT = re.compile(r"\s*([+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|inf(?:inity)?|nan))", re.IGNORECASE)
+_FLOAT = re.compile(
+    r"\s*([+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|inf(?:inity)?|nan))", re.IGNORECASE | re.ASCII
+)
 
 
 def stof(flag: str, text: str) -> float:
     """``std::stof`` rounded to float32: the longest decimal number at the start of the word."""
-    import numpy as np
-
     m = _FLOAT.match(text)
     if m is None:
         raise ArgsError(f"{flag} {text!r}: not a number")
@@ -45,7 +50,46 @@ def split_ratios(flag: str, text: str, separators: str) -> tuple[float, ...]:
         parts = parts[:-1]
     if len(parts) >= LLAMA_MAX_DEVICES:
         raise ArgsError(f"{flag} {text}: got {len(parts)} input configs, but llama.cpp takes at most 15")
-    return tuple(stof(flag, p) for p in parts)
+    shares = tuple(stof(flag, p) for p in parts)
+    for share in shares:  # llama.cpp divides by their float sum: a negative, nan or inf share is nonsense
+        if not math.isfinite(share) or share < 0:
+            raise ArgsError(f"{flag} {text}: {share:g} is not a share (a finite number, 0 or more)")
+    if not sum(shares) <= float(np.finfo(np.float32).max):
+        raise ArgsError(f"{flag} {text}: the shares add up past float32's range; scale them down")
+    return shares
+
+
+#: Python's regular expression parser (``re._parser`` since 3.11, ``sre_parse`` before).
+_PARSER: Any = getattr(re, "_parser", None) or importlib.import_module("sre_parse")
+_REPEATS = {"MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT"}
+#: Longest ``-ot`` pattern taken: a user's regular expression is untrusted input, matched against
+#: every tensor name, and no real rule is near this long.
+MAX_PATTERN = 4096
+
+
+def _children(name: str, av: Any) -> list:
+    """The sub-patterns of one parsed item: a group's, each branch's, an assertion's."""
+    if name == "SUBPATTERN":
+        return [av[-1]]
+    if name == "BRANCH":
+        return list(av[1])
+    if name in ("ASSERT", "ASSERT_NOT"):
+        return [av[1]]
+    return [av] if name == "ATOMIC_GROUP" else []
+
+
+def _nested_repeat(parsed: Any, inside: bool = False) -> bool:
+    """Whether a parsed pattern repeats (more than once) something that itself repeats: the shape of
+    patterns like ``(.*)*z`` whose backtracking takes exponential time on a name that does not match."""
+    for op, av in parsed:
+        name = str(op)
+        if name in _REPEATS:
+            many = av[1] is _PARSER.MAXREPEAT or av[1] > 1
+            if (many and inside) or _nested_repeat(av[2], inside or many):
+                return True
+        if any(_nested_repeat(sub, inside) for sub in _children(name, av)):
+            return True
+    return False
 
 
 def override_rules(flag: str, text: str, separator: str) -> list[tuple[str, str]]:
@@ -58,9 +102,15 @@ def override_rules(flag: str, text: str, separator: str) -> list[tuple[str, str]
         if not eq:
             raise ArgsError(f"{flag} {text}: rule {rule!r} has no '=BUFFER_TYPE' (e.g. 'exps=CPU')")
         try:
-            re.compile(pattern)
-        except re.error as exc:
+            nested = _nested_repeat(_PARSER.parse(pattern))
+        except (re.error, RecursionError, OverflowError) as exc:
             raise ArgsError(f"{flag} {text}: {pattern!r} is not a regular expression ({exc})") from None
+        if nested or len(pattern) > MAX_PATTERN:
+            why = "repeats a repeat" if nested else f"is longer than {MAX_PATTERN:,} characters"
+            raise ArgsError(
+                f"{flag} {text}: {pattern!r} {why}, which can take exponential time to match; "
+                "write it without the inner repeat (e.g. '.*' for '(.*)*')"
+            )
         rules.append((pattern, buft))
     return rules
 
@@ -82,7 +132,7 @@ def visible_devices(text: str) -> tuple[int, ...]:
     out: list[int] = []
     for part in text.split(","):
         part = part.strip()
-        if not re.fullmatch(r"\d+", part):
+        if not re.fullmatch(r"[0-9]+", part):
             raise ArgsError(
                 f"CUDA_VISIBLE_DEVICES={text}: {part!r} is not a GPU index (name GPUs by rig index)"
             )
@@ -92,10 +142,14 @@ def visible_devices(text: str) -> tuple[int, ...]:
     return tuple(out)
 
 
+#: Most values a llama-bench list may expand to: a bench of more tests than this is no real bench.
+MAX_VALUES = 4096
+
+
 def int_list(flag: str, text: str, negative: bool = False) -> list[int]:
     """llama-bench's ``parse_int_range``: ``a``, ``a-b``, ``a-b+s``, ``a-b*m``, comma separated."""
     sign = "-?" if negative else ""
-    item = re.compile(rf"({sign}\d+)(?:-(\d+)(?:([+*])(\d+))?)?(?:,|$)")
+    item = re.compile(rf"({sign}\d+)(?:-(\d+)(?:([+*])(\d+))?)?(?:,|$)", re.ASCII)
     out: list[int] = []
     pos = 0
     while pos < len(text):
@@ -105,6 +159,8 @@ def int_list(flag: str, text: str, negative: bool = False) -> list[int]:
         first = int(m.group(1))
         last = int(m.group(2)) if m.group(2) else first
         op, step = m.group(3) or "+", int(m.group(4)) if m.group(4) else 1
+        if op == "+" and step > 0 and len(out) + max(0, (last - first) // step + 1) > MAX_VALUES:
+            raise ArgsError(f"{flag} {text}: expands to more than {MAX_VALUES:,} values")
         i = first
         while i <= last:
             out.append(i)
@@ -112,6 +168,8 @@ def int_list(flag: str, text: str, negative: bool = False) -> list[int]:
             if nxt <= i:
                 raise ArgsError(f"{flag} {text}: invalid range")
             i = nxt
+            if len(out) > MAX_VALUES:
+                raise ArgsError(f"{flag} {text}: expands to more than {MAX_VALUES:,} values")
         pos = m.end()
     if not out:
         raise ArgsError(f"{flag} {text!r}: no value")
