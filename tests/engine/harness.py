@@ -281,6 +281,8 @@ def deepseek2(lite: bool = False) -> ModelSpec:
     }
     if q_rank:
         kv[f"{arch}.attention.q_lora_rank"] = q_rank
+        kv[f"{arch}.expert_group_count"] = 8
+        kv[f"{arch}.expert_group_used_count"] = 4
     b = _Builder()
     b.ends(h, vocab)
     for il in range(layers):
@@ -637,30 +639,36 @@ def parse_fit_command(text: str) -> dict[str, object]:
 
 @dataclass(frozen=True)
 class LoaderLog:
-    """What the ``-v`` loader log says about placement: the device of each layer (``-1`` for the
-    input layer, as ``assigned to device`` lines number them), each tensor's buffer type when this
-    build prints it, and the per-buffer model sizes (``NAME model buffer size = X MiB``)."""
+    """What a ``-v`` log says about placement and sizes.
+
+    ``layer_device``: the device of each layer (``load_tensors: layer N assigned to device X``; layer
+    ``n_layer_all`` is the output layer). ``tensor_buffer``: the buffer type of the tensors this build
+    names (overridden tensors, ``tensor NAME (SIZE MiB TYPE) buffer type overridden to BUFT``, and
+    tensors the preferred buffer type refused, ``... cannot be used with preferred buffer type X,
+    using Y instead``); other tensors are not listed per tensor. ``compute_buffers``: the reserved
+    compute buffer per buffer type in MiB with two decimals (``sched_reserve: BUFT compute buffer
+    size = X MiB``), finer than fit-print's whole MiB. Model and KV buffer lines exist too but read
+    0.00 MiB under fit-params, which never allocates."""
 
     layer_device: dict[int, str]
     tensor_buffer: dict[str, str]
-    model_buffers: dict[str, float]
+    compute_buffers: dict[str, float]
 
 
 _LAYER = re.compile(r"load_tensors: layer\s+(\d+) assigned to device (\S+?),")
-_TENSOR = re.compile(
-    r"tensor (\S+) \(.*?\) buffer type overridden to (\S+)|tensor (\S+) .*?buffer type (\S+)"
+_OVERRIDE = re.compile(r"tensor (\S+) \([\d.]+ MiB \S+\) buffer type overridden to (\S+)")
+_REFUSED = re.compile(
+    r"tensor '(\S+)' \(\S+\) \(and \d+ others\) cannot be used with preferred buffer type \S+, "
+    r"using (\S+) instead"
 )
-_BUFFER = re.compile(r"load_tensors:\s+(\S+) model buffer size =\s+([\d.]+) MiB")
+_COMPUTE = re.compile(r"sched_reserve:\s+(\S+) compute buffer size =\s+([\d.]+) MiB")
 
 
 def parse_loader_log(log: str) -> LoaderLog:
-    """Read layer placement, tensor buffer types and model buffer sizes from a ``-v`` log."""
+    """Read layer placement, named tensors' buffer types and compute buffer sizes from a ``-v`` log
+    (the last reservation wins when the log holds several)."""
     layers = {int(m[1]): m[2] for m in _LAYER.finditer(log)}
-    tensors: dict[str, str] = {}
-    for m in _TENSOR.finditer(log):
-        name, buft = (m[1], m[2]) if m[1] else (m[3], m[4])
-        tensors[name] = buft
-    buffers: dict[str, float] = {}
-    for m in _BUFFER.finditer(log):
-        buffers[m[1]] = buffers.get(m[1], 0.0) + float(m[2])
-    return LoaderLog(layers, tensors, buffers)
+    tensors = {m[1]: m[2] for m in _OVERRIDE.finditer(log)}
+    tensors.update({m[1]: m[2] for m in _REFUSED.finditer(log)})
+    compute = {m[1]: float(m[2]) for m in _COMPUTE.finditer(log)}
+    return LoaderLog(layers, tensors, compute)

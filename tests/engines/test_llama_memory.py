@@ -1,0 +1,97 @@
+"""The llama.cpp memory model (solver.engines.llamacpp.memory) against what ``llama-fit-params
+--fit-print on`` printed for 264 random commands over 11 models of every architecture it rebuilds
+(tests/fixtures/llama-memory.json, written by scripts/llama-memory-fixture.py): each device's and the
+host's context and compute MiB, from the geometry ``solve model from-gguf`` reads, without the binary."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from functools import cache
+
+import pytest
+
+from solver.engines.llamacpp import memory
+from solver.files.config import ModelConfig
+from tests.conftest import ROOT
+
+FIXTURE = ROOT / "tests" / "fixtures" / "llama-memory.json"
+MiB = 2**20
+
+
+@cache
+def _data() -> dict:
+    return json.loads(FIXTURE.read_text())
+
+
+@cache
+def geometry(key: str) -> memory.Geometry:
+    """The memory model's geometry of a fixture model, through the model file's schema."""
+    entry = _data()["models"][key]
+    model = ModelConfig.model_validate({**entry, "expert_bytes": 1})
+    g = memory.geometry(model)
+    assert g is not None
+    return g
+
+
+def parse(args: Sequence[str], n_devices: int) -> tuple[memory.Placement, memory.Flags]:
+    """Placement and flags of a fit-params argument list (``-ngl -ts -ot -c -b -ub -fa -ctk -ctv``)."""
+    opts = dict(zip(args[::2], args[1::2]))
+    ts = tuple(float(x) for x in opts["-ts"].split(",")) if "-ts" in opts else None
+    ot = tuple(tuple(item.rsplit("=", 1)) for item in opts["-ot"].split(",")) if "-ot" in opts else ()
+    ngl = int(opts.get("-ngl", -1))
+    placement = memory.Placement(n_devices, -1 if ngl >= 999 else ngl, ts, ot)  # type: ignore[arg-type]
+    flags = memory.Flags(
+        n_ctx=int(opts.get("-c", 4096)),
+        n_batch=int(opts.get("-b", 2048)),
+        n_ubatch=int(opts.get("-ub", 512)),
+        flash_attn=opts.get("-fa", "on") != "off",
+        type_k=opts.get("-ctk", "f16"),
+        type_v=opts.get("-ctv", "f16"),
+    )
+    return placement, flags
+
+
+def predicted(row: dict) -> dict[str, tuple[int, int]]:
+    """Context and compute MiB per device name (``RPC0``, ...) and ``Host``, truncated as fit-print does."""
+    placement, flags = parse(row["args"], row["n_devices"])
+    est = memory.estimate(geometry(row["model"]), placement, flags)
+    out = {f"RPC{d}": (u.context // MiB, u.compute // MiB) for d, u in enumerate(est.devices)}
+    out["Host"] = (est.host.context // MiB, est.host.compute // MiB)
+    return out
+
+
+def agrees(pred: int, meas: int) -> bool:
+    """Within max(2 %, 64 MiB)."""
+    return abs(pred - meas) <= max(0.02 * meas, 64)
+
+
+def _measured() -> list[dict]:
+    return [r for r in _data()["rows"] if "measured" in r]
+
+
+def test_fixture_covers_every_architecture() -> None:
+    archs = {m["geometry"]["arch"] for m in _data()["models"].values()}
+    assert archs == {"qwen3moe", "qwen3next", "deepseek2", "gpt-oss", "glm4moe", "llama", "llama4"}
+    assert len(_measured()) >= 200
+    assert any(m["nextn_layers"] for m in _data()["models"].values())  # GLM-4.5-Air's MTP block
+
+
+@pytest.mark.parametrize("key", sorted(_data()["models"]))
+def test_every_command_agrees(key: str) -> None:
+    """Every device line and the host line of every command of this model: context and compute within
+    max(2 %, 64 MiB) of fit-print (they are in fact exact to the MiB)."""
+    rows = [r for r in _measured() if r["model"] == key]
+    assert rows
+    for row in rows:
+        pred = predicted(row)
+        for name, (_, ctx, comp) in row["measured"].items():
+            assert agrees(pred[name][0], ctx) and agrees(pred[name][1], comp), (row["args"], name)
+            assert pred[name] == (ctx, comp), (row["args"], name, pred[name], (ctx, comp))
+
+
+def test_refusals_are_foreseen() -> None:
+    """The commands llama.cpp refused are the ones ``memory.refusal`` names, and no others."""
+    for r in _data()["rows"]:
+        _, flags = parse(r["args"], r["n_devices"])
+        assert (memory.refusal(geometry(r["model"]), flags) is not None) == ("error" in r), r["args"]
