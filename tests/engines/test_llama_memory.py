@@ -13,6 +13,7 @@ import pytest
 
 from solver.engines.llamacpp import memory
 from solver.files.config import ModelConfig
+from solver.importers.hf import read_hf
 from tests.conftest import ROOT
 
 FIXTURE = ROOT / "tests" / "fixtures" / "llama-memory.json"
@@ -95,3 +96,27 @@ def test_refusals_are_foreseen() -> None:
     for r in _data()["rows"]:
         _, flags = parse(r["args"], r["n_devices"])
         assert (memory.refusal(geometry(r["model"]), flags) is not None) == ("error" in r), r["args"]
+
+
+#: The Hugging Face config of each fixture model that tests/fixtures/hf has.
+HF_CONFIGS = {
+    "glm-4.5-air": "glm-4.5-air", "gpt-oss-120b": "gpt-oss-120b", "qwen3-next-80b-a3b": "qwen3-next-80b-a3b",
+    "deepseek-v3": "deepseek-v3", "qwen3-30b-a3b": "qwen3-30b-a3b", "qwen3-235b-a22b": "qwen3-235b-a22b",
+    "mixtral-8x22b": "mixtral-8x22b", "llama-4-scout": "llama-4-scout-17b-16e",
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("key", sorted(HF_CONFIGS))
+def test_from_hf_geometry_gives_the_same_memory(key: str) -> None:
+    """``solve model from-hf``'s geometry of the same model gives fit-print's figures too (the first
+    two measured commands of the model)."""
+    m = read_hf(ROOT / "tests" / "fixtures" / "hf" / f"{HF_CONFIGS[key]}.json", "Q4_K_M")
+    entry = _data()["models"][key]
+    model = ModelConfig.model_validate({**entry, "geometry": m.geometry, "expert_bytes": 1})
+    g = memory.geometry(model)
+    assert g is not None
+    for row in [r for r in _measured() if r["model"] == key][:2]:
+        placement, flags = parse(row["args"], row["n_devices"])
+        est = memory.estimate(g, placement, flags)
+        for d, u in enumerate(est.devices):
+            assert (u.context // MiB, u.compute // MiB) == tuple(row["measured"][f"RPC{d}"][1:])
