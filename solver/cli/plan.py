@@ -101,6 +101,16 @@ def _progress(enabled: bool) -> tuple[Callable[[str, float, float], None] | None
     help="KV cache type (llama.cpp's -ctk/-ctv), instead of the rig's or model's.",
 )
 @click.option(
+    "--ubatch",
+    type=click.IntRange(min=1),
+    help="llama.cpp's micro-batch (-ub, 512 by default), instead of the rig's n_ubatch.",
+)
+@click.option(
+    "--flash-attn",
+    type=click.Choice(("on", "off")),
+    help="llama.cpp's flash attention (-fa), instead of the rig's flash_attn (on by default).",
+)
+@click.option(
     "--fit-off",
     is_flag=True,
     help="Add -fit off to the llama.cpp command: builds whose llama-server --help lists --fit.",
@@ -145,6 +155,8 @@ def plan_cmd(
     export: str | None,
     shell: str,
     kv_type: str | None,
+    ubatch: int | None,
+    flash_attn: str | None,
     fit_off: bool,
     contexts: list[int] | None,
     kv_types: list[str] | None,
@@ -160,7 +172,10 @@ def plan_cmd(
     from solver.planning.planner import plan_rig
     from solver.report.planview import print_report, to_json
 
-    overrides = Overrides(model, profile, objective, order, context, engine, idle_gpus, kv_type=kv_type)
+    overrides = Overrides(
+        model, profile, objective, order, context, engine, idle_gpus, kv_type=kv_type, n_ubatch=ubatch,
+        flash_attn=flash_attn,
+    )  # fmt: skip
     if contexts is not None or kv_types is not None:
         alone = {"--context": context, "--kv-type": kv_type, "--export": export, "--check": check or None}
         clash = next((flag for flag, value in alone.items() if value is not None), None)

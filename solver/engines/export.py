@@ -77,7 +77,8 @@ class Launch:
     ``gguf``: the GGUF file llama.cpp loads; ``hf_model``: the checkpoint directory or Hugging Face id
     vLLM and SGLang load (None: a placeholder the export names); ``context``: the KV tokens the plan
     assumed (0: none, which no command can give); ``kv_type``: the KV cache type; ``fit_off``: add
-    llama.cpp's ``-fit off`` (builds that have ``--fit`` only).
+    llama.cpp's ``-fit off`` (builds that have ``--fit`` only); ``n_ubatch`` and ``flash_attn``:
+    llama.cpp's ``-ub`` and ``-fa``.
     """
 
     gguf: str | None = None
@@ -85,11 +86,16 @@ class Launch:
     context: int = 0
     kv_type: str = DEFAULT_KV_TYPE
     fit_off: bool = False
+    n_ubatch: int = 512
+    flash_attn: bool = True
 
     @classmethod
     def of(cls, p: Problem, fit_off: bool = False) -> Launch:
         """What the plan of ``p`` assumed: its model files, context and KV cache type."""
-        return cls(gguf=p.gguf, hf_model=p.hf_model, context=p.context, kv_type=p.kv_type, fit_off=fit_off)
+        return cls(
+            gguf=p.gguf, hf_model=p.hf_model, context=p.context, kv_type=p.kv_type, fit_off=fit_off,
+            n_ubatch=p.n_ubatch, flash_attn=p.flash_attn,
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ never offload an op whose weights sit in host memory. docs/engines.md says how a
 
 from __future__ import annotations
 
+import functools
 import re
 import struct
 from dataclasses import dataclass, field
@@ -1068,3 +1069,40 @@ def estimate(g: Geometry, p: Placement, f: Flags) -> Estimate:
     comp = compute_bytes(g, p, f)
     devices = [Usage(ctx.get(d, 0), comp[d]) for d in range(p.n_devices)]
     return Estimate(devices, Usage(ctx.get(-1, 0), comp[-1]), pipeline_parallel(g, p))
+
+
+def run_flags(context: int, n_ubatch: int, flash_attn: bool, kv_type: str) -> Flags:
+    """The flags of moesplit's own command: ``-c context -ub n_ubatch -fa``, one KV type for K and V, and
+    ``-b`` at llama.cpp's default unless the micro-batch needs more (the export then writes ``-b``)."""
+    return Flags(max(context, 1), max(N_BATCH, n_ubatch), n_ubatch, flash_attn, kv_type, kv_type)
+
+
+@dataclass(frozen=True)
+class Roles:
+    """A device's compute buffer by its role in a layer split: ``first`` (the input layers), ``middle``,
+    ``last`` (the output layer: logits and the final norm are graph outputs, never freed) and ``only``
+    (one device runs everything). Each of the first three is the larger of the figures with pipeline
+    parallelism on (every layer on GPUs, no ``-ot``) and off: a plan does not know yet whether it
+    will offload a tensor, so it counts the larger."""
+
+    first: int
+    middle: int
+    last: int
+    only: int
+
+
+#: An override that matches no weight: the placement of no override, with pipeline parallelism off.
+_NO_PIPELINE = (("^$", "CPU"),)
+
+
+@functools.lru_cache(maxsize=64)
+def role_compute(g: Geometry, f: Flags) -> Roles:
+    """The compute buffer of each role at flags ``f``, from three devices split evenly and from one.
+
+    A device's buffer depends on the widths and flags and on its role, not on how many layers it runs
+    (the buffer is the largest layer's intermediates plus the split inputs; tests/engines checks it
+    against other splits), so three devices give every role of any split."""
+    on = compute_bytes(g, Placement(3), f)
+    off = compute_bytes(g, Placement(3, overrides=_NO_PIPELINE), f)
+    only = compute_bytes(g, Placement(1), f)
+    return Roles(max(on[0], off[0]), max(on[1], off[1]), max(on[2], off[2]), only[0])
