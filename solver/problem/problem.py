@@ -67,8 +67,8 @@ class Problem:
     unit_slot (U,)     llama.cpp's unit's position among its layer's tensors (the model's order)
     pair_layer (N,)    layer of rank r; pair_bytes (N,) its cached size; mass (N,) its routed mass
     n_ubatch, flash_attn  llama.cpp's micro-batch (``-ub``) and flash attention (``-fa``) the plan assumes
-    geometry           llama.cpp's model geometry (solver.engines.llamacpp.memory.Geometry; None: the
-                       model file has no ``geometry:`` block, the compute buffer is an allowance)
+    llama_memory       what llama.cpp's compute buffers were counted from (solver.engines.llamacpp.memory
+                       PlanMemory; None: the model file has no ``geometry:`` block, an allowance)
     free, reserve (k,) bytes (reserve: the rig's plus the engine's own buffers on the card)
     layer_ms (k,) ms per layer; min_layers, max_layers (k,)
     """
@@ -119,7 +119,7 @@ class Problem:
     hf_model: str | None = None
     n_ubatch: int = 512
     flash_attn: bool = True
-    geometry: object | None = None
+    llama_memory: object | None = None
 
     @property
     def n_layers(self) -> int:

@@ -84,11 +84,18 @@ def _compute_buffers(rig: RigConfig, model: ModelConfig) -> dict:
     flags = llama_memory.run_flags(rig.context, rig.n_ubatch, rig.flash_attn == "on", model.kv_type)
     r = llama_memory.role_compute(g, flags)
     if k == 1:
-        return {"buffers": [r.only], "last_stage_extra": 0, "first_stage_bytes": first}
-    head, tail = max(r.first - r.middle, 0), max(r.last - r.middle, 0)
-    if rig.idle_gpus:  # a plan may run on one GPU alone: its stage is first and last at once
-        tail += max(r.only - (r.middle + head + tail), 0)
-    return {"buffers": [r.middle] * k, "last_stage_extra": tail, "first_stage_bytes": first + head}
+        each, head, tail = r.only, 0, 0
+    else:
+        each, head, tail = r.middle, max(r.first - r.middle, 0), max(r.last - r.middle, 0)
+        if rig.idle_gpus:  # a plan may run on one GPU alone: its stage is first and last at once
+            tail += max(r.only - (r.middle + head + tail), 0)
+    counted = tuple(None if gpu.buffer is not None else each for gpu in rig.gpus)
+    return {
+        "buffers": [each] * k,
+        "last_stage_extra": tail,
+        "first_stage_bytes": first + head,
+        "llama_memory": llama_memory.PlanMemory(g, flags, counted, head, tail),
+    }
 
 
 class LlamaCpp(BytesSpeed):
@@ -136,7 +143,6 @@ class LlamaCpp(BytesSpeed):
             **_compute_buffers(rig, model),
             "n_ubatch": rig.n_ubatch,
             "flash_attn": fa,
-            "geometry": llama_memory.geometry(model),
         }
         return (
             self.speed_fields(rig, model, experts) | units | memory | {"host_bandwidth": rig.host_bandwidth}

@@ -153,12 +153,15 @@ def geometry(model: ModelConfig) -> Geometry | None:
 class Placement:
     """Where a command puts the model: ``n_devices`` GPUs, ``n_gpu_layers`` (``-ngl``, -1 for all),
     ``tensor_split`` (``-ts``, None for an even split) and the ``-ot PATTERN=TARGET`` overrides in order
-    (the first pattern that ``re.search`` matches wins), TARGET being ``CPU`` or a device ``RPCi``."""
+    (the first pattern that ``re.search`` matches wins), TARGET being ``CPU`` or a device ``RPCi``.
+    ``slots``, when given, is the device of every layer slot (the output last; -1 the CPU) as the command
+    puts them, instead of ``-ngl`` and ``-ts``."""
 
     n_devices: int
     n_gpu_layers: int = -1
     tensor_split: tuple[float, ...] | None = None
     overrides: tuple[tuple[str, str], ...] = ()
+    slots: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -207,6 +210,8 @@ def layer_devices(g: Geometry, p: Placement) -> list[int]:
     ``llama_model::load_tensors`` (``src/llama-model.cpp``): the last ``n_gpu_layers`` of the
     ``n_layer_all + 1`` layers are offloaded; offloaded layer ``i`` goes to the first device whose
     cumulative split fraction exceeds ``i / n_offloaded`` (float32 compares)."""
+    if p.slots is not None:
+        return list(p.slots)
     n = g.n_layer_all
     ngl = n + 1 if p.n_gpu_layers < 0 else p.n_gpu_layers
     split = list(p.tensor_split) if p.tensor_split else [1.0] * p.n_devices
@@ -1022,6 +1027,8 @@ def pipeline_parallel(g: Geometry, p: Placement) -> bool:
     """``llama_context::llama_context``: pipeline parallelism when there are several devices, every
     layer and the KV cache are offloaded and no tensor is overridden (and the devices report async
     compute and events, as RPC and CUDA devices do)."""
+    if p.slots is not None:
+        return p.n_devices > 1 and -1 not in p.slots and not p.overrides
     ngl = g.n_layer_all + 1 if p.n_gpu_layers < 0 else p.n_gpu_layers
     return p.n_devices > 1 and ngl > g.n_layer_all and not p.overrides
 
@@ -1106,3 +1113,16 @@ def role_compute(g: Geometry, f: Flags) -> Roles:
     off = compute_bytes(g, Placement(3, overrides=_NO_PIPELINE), f)
     only = compute_bytes(g, Placement(1), f)
     return Roles(max(on[0], off[0]), max(on[1], off[1]), max(on[2], off[2]), only[0])
+
+
+@dataclass(frozen=True)
+class PlanMemory:
+    """What a plan counted for llama.cpp's compute buffers: the geometry and flags, each GPU's
+    ``buffer`` (None where the rig's ``buffer:`` key replaced it), and what the first and last stages
+    count beyond it; a score takes them off again and counts the command's exact figures."""
+
+    geometry: Geometry
+    flags: Flags
+    buffers: tuple[int | None, ...]
+    first_extra: int
+    last_extra: int
