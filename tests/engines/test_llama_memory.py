@@ -10,10 +10,14 @@ from collections.abc import Sequence
 from functools import cache
 
 import pytest
+from click.testing import CliRunner
 
+from solver.cli import cli
+from solver.engines.export import Launch
 from solver.engines.llamacpp import memory
 from solver.files.config import ModelConfig
 from solver.importers.hf import read_hf
+from solver.planning.resolve import Overrides, load_problem
 from tests.conftest import ROOT
 
 FIXTURE = ROOT / "tests" / "fixtures" / "llama-memory.json"
@@ -120,3 +124,43 @@ def test_from_hf_geometry_gives_the_same_memory(key: str) -> None:
         est = memory.estimate(g, placement, flags)
         for d, u in enumerate(est.devices):
             assert (u.context // MiB, u.compute // MiB) == tuple(row["measured"][f"RPC{d}"][1:])
+
+
+@pytest.mark.parametrize("key", ["qwen3-30b-a3b", "deepseek-v3", "qwen3-next-80b-a3b", "gpt-oss-120b"])
+def test_a_role_buffer_does_not_depend_on_the_layers_it_runs(key: str) -> None:
+    """What the plan counts for each role (three devices split evenly) is what the device of that role
+    takes in other splits over 2-4 devices, with pipeline parallelism on (no override), and is an upper
+    bound with it off (an override that moves no weight)."""
+    g = geometry(key)
+    flags = memory.Flags(32768)
+    roles = memory.role_compute(g, flags)
+    for split in ((1, 5), (5, 1, 1), (1, 1, 6), (2, 3, 1, 4)):
+        for overrides in ((), (("^$", "CPU"),)):
+            got = memory.compute_bytes(
+                g, memory.Placement(len(split), tensor_split=split, overrides=overrides), flags
+            )
+            figures = [got[0], *got[1 : len(split) - 1], got[len(split) - 1]]
+            bound = [roles.first, *[roles.middle] * (len(split) - 2), roles.last]
+            if overrides:
+                assert all(f <= b for f, b in zip(figures, bound)), (split, figures, bound)
+            else:
+                assert figures == bound, (split, figures, bound)
+
+
+def test_plans_count_each_role_and_the_export_writes_the_flags() -> None:
+    """A llama.cpp rig over a model with a geometry: every GPU keeps the middle role's buffer, the
+    first and last stages what their roles take beyond it; -ub and -fa reach the export."""
+    rig = ROOT / "rigs" / "two-hosts.yaml"
+    p = load_problem(rig, Overrides(n_ubatch=1024, flash_attn="off"))
+    pm = p.llama_memory
+    assert isinstance(pm, memory.PlanMemory) and pm.flags.n_ubatch == 1024 and not pm.flags.flash_attn
+    roles = memory.role_compute(pm.geometry, pm.flags)
+    assert set(pm.buffers) == {roles.middle}
+    assert pm.first_extra == max(roles.first - roles.middle, 0)
+    assert pm.last_extra == max(roles.last - roles.middle, 0)
+    launch = Launch.of(p)
+    assert (launch.n_ubatch, launch.flash_attn) == (1024, False)
+    done = CliRunner().invoke(cli, [str(rig), "--ubatch", "4096", "--export", "llama.cpp"])
+    assert done.exit_code == 0 and "-b 4096 -ub 4096" in done.output
+    done = CliRunner().invoke(cli, [str(rig), "--kv-type", "q8_0", "--flash-attn", "off"])
+    assert done.exit_code == 2 and "flash_attn" in done.output
