@@ -61,8 +61,11 @@ def gguf_geometry(meta: Meta, layers: int, names: set[str]) -> dict[str, object]
         default if arch in ("gpt-oss", "llama4") else _GATING.get(meta.int("expert_gating_func", 0), default)
     )
     block["expert_gating"] = gating
-    norm = meta.metadata.get(meta.key("expert_weights_norm"), arch in ("qwen3moe", "qwen3next"))
-    block["expert_weights_norm"] = bool(norm)
+    # build_moe_ffn's norm_w: fixed true for qwen3moe, qwen3next and llama (Mixtral), false for llama4
+    # and gpt-oss, the header's expert_weights_norm for deepseek2 and glm4moe
+    norm = meta.metadata.get(meta.key("expert_weights_norm"), False)
+    fixed = {"qwen3moe": True, "qwen3next": True, "llama": True, "llama4": False, "gpt-oss": False}
+    block["expert_weights_norm"] = fixed.get(arch, bool(norm))
     scale = meta.metadata.get(meta.key("expert_weights_scale"), 0.0)
     block["expert_weights_scale"] = float(scale) if isinstance(scale, (int, float)) else 0.0
     block["qk_norm"] = any(n.endswith(".attn_q_norm.weight") for n in names) and arch != "qwen3next"

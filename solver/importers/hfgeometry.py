@@ -63,7 +63,7 @@ def hf_geometry(c: Config, layers: list[Layer]) -> dict[str, object] | None:
         }  # fmt: skip
     sigmoid = arch in ("glm4moe", "llama4") or c.get("scoring_func") == "sigmoid"
     block["expert_gating"] = "softmax_weight" if arch == "gpt-oss" else "sigmoid" if sigmoid else "softmax"
-    block["expert_weights_norm"] = arch in ("qwen3moe", "qwen3next") or (
+    block["expert_weights_norm"] = arch in ("qwen3moe", "qwen3next", "llama") or (
         arch in ("deepseek2", "glm4moe") and bool(c.get("norm_topk_prob", False))
     )
     scale = c.get("routed_scaling_factor", 0.0) if arch in ("deepseek2", "glm4moe") else 0.0

@@ -616,6 +616,40 @@ def fit_print(
     return FitPrint(devices, host, proc.stderr, seconds)
 
 
+_SCHED_RESERVE = re.compile(r"graph_reserve: reserving a graph for ubatch with n_tokens =\s*(\d+),")
+_SCHED_NODE = re.compile(r"^node #\s*\d+ \(\s*([A-Z_]+)\): (.{20}) \(\s*(\d+[MK])\) \[\s*(\S+)", re.M)
+
+
+def sched_dump(model: Path, rpc: str, args: Sequence[str], bin_dir: Path = DEFAULT_BIN) -> str:
+    """The ``-v`` log of a fit-print run with ``GGML_SCHED_DEBUG=2``: every reserved graph's splits and
+    nodes (op, name, size, backend). Large (a few MB): one line per node per reservation."""
+    cmd = [
+        str(bin_dir / "llama-fit-params"),
+        "-m",
+        str(model),
+        "--rpc",
+        rpc,
+        "--fit-print",
+        "on",
+        "-v",
+        *args,
+    ]
+    env = dict(os.environ, GGML_SCHED_DEBUG="2")
+    proc = subprocess.run(cmd, check=False, capture_output=True, text=True, env=env, timeout=300)
+    return re.sub(r"\d+\.\d+\.\d+\.\d+ [DIWE] ", "", proc.stderr)
+
+
+def parse_sched_nodes(log: str, n_tokens: int) -> list[tuple[str, str, str, str]]:
+    """``(op, name, size, backend)`` of each non-view node of the first graph reserved for
+    ``n_tokens`` tokens (the one fit-params sizes) in a ``sched_dump`` log; sizes as ggml prints
+    them (``4M``, ``255K``, truncated), names and backends truncated as ggml prints them."""
+    parts = _SCHED_RESERVE.split(log)
+    for i in range(1, len(parts), 2):
+        if int(parts[i]) == n_tokens:
+            return [(m[1], m[2].strip(), m[3], m[4]) for m in _SCHED_NODE.finditer(parts[i + 1])]
+    raise ValueError(f"no graph reserved for {n_tokens} tokens in the log")
+
+
 def parse_fit_command(text: str) -> dict[str, object]:
     """The fitted command fit-params prints without ``--fit-print`` (``-c N -ngl N [-ts a,b,...]
     [-ot "pattern=BUFT,..."]``, last line of stdout): ``{"c": int, "ngl": int, "ts": [int, ...],

@@ -1,5 +1,5 @@
 """The llama.cpp memory model (solver.engines.llamacpp.memory) against what ``llama-fit-params
---fit-print on`` printed for 264 random commands over 11 models of every architecture it rebuilds
+--fit-print on`` printed for 528 random commands over 11 models of every architecture it rebuilds
 (tests/fixtures/llama-memory.json, written by scripts/llama-memory-fixture.py): each device's and the
 host's context and compute MiB, from the geometry ``solve model from-gguf`` reads, without the binary."""
 

@@ -561,9 +561,9 @@ def _attention(
         k = _hadamard(c, k, inp.k_rot)
     if inp.v_rot is not None:
         v = _hadamard(c, v, inp.v_rot)
-    c.expand(q)
-    c.expand(v)
-    c.expand(k)
+    # build_attn expands Q, V, K; its sliding-window variant (llm_graph_input_attn_kv_iswa) Q, K, V
+    for t in (q, k, v) if any(g.swa) else (q, v, k):
+        c.expand(t)
     kc, vc = c.cache[f"k{il}"], c.cache[f"v{il}"]
     n_kv, hkv, dk, dv = inp.n_kv, g.head_kv[il], g.head_k, g.head_v
     # cpy_k / cpy_v
