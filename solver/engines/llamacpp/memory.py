@@ -595,14 +595,17 @@ def _attention(
     return cur
 
 
+def _heads_major(gr: Graph, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """``build_attn_mha``'s first step: Q as a 4-d view, then Q, K and V permuted to heads-major."""
+    q = gr.view_nd(q, (q.ne[0], q.ne[1], q.ne[2], 1), (q.nb[1], q.nb[2], q.nb[2] * q.ne[2]))
+    return gr.permute(q, 0, 2, 1, 3), gr.permute(k, 0, 2, 1, 3), gr.permute(v, 0, 2, 1, 3)
+
+
 def _mha(c: _Ctx, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, sinks: Tensor | None) -> Tensor:
     """``build_attn_mha``: permute to heads-major; flash attention (f16 K/V) or the explicit
     ``KQ = K^T Q`` (f32, ``n_kv x n_tokens x n_head``), softmax in place, ``V KQ``."""
     gr, f = c.graph, c.f
-    q = gr.view_nd(q, (q.ne[0], q.ne[1], q.ne[2], 1), (q.nb[1], q.nb[2], q.nb[2] * q.ne[2]))
-    q = gr.permute(q, 0, 2, 1, 3)
-    k = gr.permute(k, 0, 2, 1, 3)
-    v = gr.permute(v, 0, 2, 1, 3)
+    q, k, v = _heads_major(gr, q, k, v)
     if f.flash_attn:
         cur = gr.flash_attn_ext(q, k, v, mask, sinks)
         cur = gr.reshape(cur, cur.ne[0] * cur.ne[1], cur.ne[2] * cur.ne[3])
@@ -822,10 +825,7 @@ def _mha_mla(c: _Ctx, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, v_mla: Tens
     """``build_attn_mha`` with ``v_mla``: V is not transposed (a view of K), so without flash
     attention it is made contiguous transposed; the output is decompressed by ``v_mla``."""
     gr, f = c.graph, c.f
-    q = gr.view_nd(q, (q.ne[0], q.ne[1], q.ne[2], 1), (q.nb[1], q.nb[2], q.nb[2] * q.ne[2]))
-    q = gr.permute(q, 0, 2, 1, 3)
-    k = gr.permute(k, 0, 2, 1, 3)
-    v = gr.permute(v, 0, 2, 1, 3)
+    q, k, v = _heads_major(gr, q, k, v)
     if f.flash_attn:
         cur = gr.flash_attn_ext(q, k, v, mask, None)
         cur = gr.permute(cur, 0, 2, 1, 3)
