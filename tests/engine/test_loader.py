@@ -144,7 +144,9 @@ def check_loads(
     assert on_cpu == offloaded
     assert max(log.layer_device) >= n_layers
     stages = {s["gpu"]: (s["start"], s["end"]) for s in plan["stages"]}
-    check_memory(planned or rig, words, position, stages, harness.parse_fit_print(done.stdout)[0])
+    line = next(ln for ln in export.splitlines() if "llama-server " in ln and not ln.startswith("#"))
+    fit = harness.parse_fit_print(done.stdout)[0]
+    check_memory(planned or rig, shlex.split(line), position, stages, fit)
 
 
 def agrees(ours: int, theirs: int) -> bool:
@@ -153,7 +155,11 @@ def agrees(ours: int, theirs: int) -> bool:
 
 
 def check_memory(
-    rig: Path, words: list[str], position: dict[int, int], stages: dict[int, tuple[int, int]], measured: dict
+    rig: Path,
+    command: list[str],
+    position: dict[int, int],
+    stages: dict[int, tuple[int, int]],
+    measured: dict,
 ) -> None:
     """The plan's own count of each GPU's compute buffer for the export (what ``solve score`` counts)
     and of its KV cache against fit-print's (the sparse twins' weights are not the model file's, so
@@ -162,7 +168,7 @@ def check_memory(
     pm = p.llama_memory
     if not isinstance(pm, PlanMemory):  # a model file without a geometry: the allowance
         return
-    args = parse_llama_args(["llama-server", *words])
+    args = parse_llama_args(command)
     dev = devices_of(p, args)
     layers, output = layer_devices(p, args, dev)
     q, _, _ = with_command_memory(p, args, dev, layers, output)
