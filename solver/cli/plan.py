@@ -68,6 +68,8 @@ class PlanOptions:
     check: bool
     engine: str | None
     kv_type: str | None
+    ubatch: int | None
+    flash_attn: str | None
     default: str | None
     workers: int
 
@@ -81,6 +83,8 @@ class PlanOptions:
             self.engine,
             self.idle_gpus,
             kv_type=self.kv_type,
+            n_ubatch=self.ubatch,
+            flash_attn=self.flash_attn,
         )
 
     def limits(
@@ -175,6 +179,16 @@ def _progress(enabled: bool) -> tuple[Callable[[str, float, float], None] | None
     "--kv-type",
     type=click.Choice(tuple(KV_TYPES)),
     help="KV cache type (llama.cpp's -ctk/-ctv), instead of the rig's or model's.",
+)
+@click.option(
+    "--ubatch",
+    type=click.IntRange(min=1),
+    help="llama.cpp's micro-batch (-ub, 512 by default), instead of the rig's n_ubatch.",
+)
+@click.option(
+    "--flash-attn",
+    type=click.Choice(("on", "off")),
+    help="llama.cpp's flash attention (-fa), instead of the rig's flash_attn (on by default).",
 )
 @click.option(
     "--fit-off",

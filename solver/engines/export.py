@@ -77,7 +77,8 @@ class Launch:
     ``gguf``: the GGUF file llama.cpp loads; ``hf_model``: the checkpoint directory or Hugging Face id
     vLLM and SGLang load (None: a placeholder the export names); ``context``: the KV tokens the plan
     assumed (0: none, which no command can give); ``kv_type``: the KV cache type; ``fit_off``: add
-    llama.cpp's ``-fit off`` (builds that have ``--fit`` only).
+    llama.cpp's ``-fit off`` (builds that have ``--fit`` only); ``n_ubatch`` and ``flash_attn``:
+    llama.cpp's ``-ub`` and ``-fa``.
     """
 
     gguf: str | None = None
@@ -85,6 +86,8 @@ class Launch:
     context: int = 0
     kv_type: str = DEFAULT_KV_TYPE
     fit_off: bool = False
+    n_ubatch: int = 512
+    flash_attn: bool = True
 
 
 @dataclass(frozen=True)

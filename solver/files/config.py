@@ -67,6 +67,11 @@ def _known_kv_type(name: str) -> str:
     return name
 
 
+def _on_off(value: object) -> object:
+    """``on``/``off`` as written, also when YAML 1.1 read them as booleans."""
+    return {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value
+
+
 KvType = Annotated[str, AfterValidator(_known_kv_type)]
 
 
@@ -161,7 +166,47 @@ class RigConfig(_Strict):
     depth: Annotated[int, Field(ge=0, le=COUNT_MAX)] = 0  # speed from bytes
     kv_type: KvType | None = None
     gpu_memory_utilization: Share | None = None  # vllm, sglang
+    n_ubatch: Annotated[int, Field(ge=1, le=COUNT_MAX)] = 512  # llama.cpp
+    flash_attn: Annotated[Literal["on", "off"], BeforeValidator(_on_off)] = "on"  # llama.cpp
     gpus: Annotated[list[GpuConfig], Field(min_length=1)]
+
+
+class GeometryConfig(_Strict):
+    """A model's ``geometry:`` block: the widths llama.cpp's compute graph is built from (the GGUF
+    header's keys; docs/engines.md, "Memory the engine takes"). The model's ``layers``, ``experts``,
+    ``active_experts``, ``vocab_size`` and ``nextn_layers`` complete it. Per-layer values are one value
+    or a list of ``layers``; ``head_kv`` is 0 on a recurrent (linear-attention) layer and ``n_ff`` is the
+    dense FFN's width (ignored on MoE layers)."""
+
+    arch: Name
+    n_embd: Count
+    n_head: Count
+    head_kv: PerLayerCount
+    head_k: Count
+    head_v: Count
+    n_rot: Whole = 0
+    n_ff: PerLayerCount = 0
+    n_ff_exp: Whole = 0
+    n_ff_shexp: Whole = 0
+    swa_window: Whole = 0
+    swa_layers: list[Whole] = []
+    kv_lora_rank: Whole = 0
+    q_lora_rank: Whole = 0
+    head_k_mla: Whole = 0
+    head_v_mla: Whole = 0
+    ssm_conv: Whole = 0
+    ssm_state: Whole = 0
+    ssm_groups: Whole = 0
+    ssm_dt_rank: Whole = 0
+    ssm_inner: Whole = 0
+    expert_gating: Literal["softmax", "sigmoid", "softmax_weight"] = "softmax"
+    expert_weights_norm: bool = False
+    expert_weights_scale: NonNegMs = 0.0
+    expert_groups: Whole = 0
+    expert_groups_used: Whole = 0
+    qk_norm: bool = False
+    attn_bias: bool = False
+    expert_probs_bias: bool = False
 
 
 class ModelConfig(_Strict):
@@ -190,6 +235,7 @@ class ModelConfig(_Strict):
     vocab_size: Count | None = None
     embedding_bytes: Size = 0
     other_weight_bytes: Size = 0
+    geometry: GeometryConfig | None = None
 
 
 _MESSAGES = {"missing": "missing (required)"}

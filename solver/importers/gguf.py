@@ -16,6 +16,7 @@ from pathlib import Path
 from solver.errors import InputError
 from solver.importers.ggmltypes import check_kv_type
 from solver.importers.ggufattention import attention
+from solver.importers.ggufgeometry import gguf_geometry
 from solver.importers.ggufheader import TensorInfo
 from solver.importers.ggufmeta import Meta
 from solver.importers.ggufshards import file_stem, first_shard, read_shards
@@ -73,6 +74,7 @@ def read_gguf(path: Path, kv_type: str = "f16") -> ImportedModel:
         sources={key: sources[key] for key in SOURCE_ORDER if key in sources},
         max_context=meta.context or None,
         nextn_layers=meta.nextn,
+        geometry=gguf_geometry(meta, layers, set(names)),
     )
 
 

@@ -22,6 +22,7 @@ from solver.errors import InputError
 from solver.importers.ggmltypes import check_kv_type
 from solver.importers.hfconfig import Config, checkpoint_of, load_config
 from solver.importers.hffamilies import FAMILIES
+from solver.importers.hfgeometry import hf_geometry
 from solver.importers.hflayers import Tensor, vec
 from solver.importers.hfschemes import SCHEMES, WEIGHTS, sizes
 from solver.importers.modelfile import BY_HAND, MAX_LAYERS, ImportedModel, per_expert_bytes
@@ -155,4 +156,5 @@ def read_hf(config_path: Path, weights: str, name: str | None = None, kv_type: s
         sources=sources,
         max_context=c.int("max_position_embeddings") if c.has("max_position_embeddings") else None,
         nextn_layers=fam.nextn,
+        geometry=hf_geometry(c, fam.layers),
     )

@@ -32,6 +32,8 @@ class ImportedModel:
     vocab_size           tokens of the vocabulary (the output logits' width), when known
     embedding_bytes      the token embeddings' part of ``first_stage_bytes`` (llama.cpp keeps them in RAM)
     other_weight_bytes   weights of the file no stage holds (host-memory embeddings, MTP layers)
+    geometry             the widths llama.cpp's compute graph is built from (solver.files.config
+                         GeometryConfig; None: an architecture whose graph is not rebuilt)
     """
 
     name: str
@@ -58,6 +60,7 @@ class ImportedModel:
     vocab_size: int | None = None
     embedding_bytes: int = 0
     other_weight_bytes: int = 0
+    geometry: dict[str, object] | None = None
 
 
 def check_sizes(m: ImportedModel, shown: str) -> None:
@@ -230,6 +233,11 @@ def model_yaml(m: ImportedModel, profile: str | None = None) -> str:
             value = _compact(sizes)
             text = f"  {name}: {_flow(value, 4) if isinstance(value, list) else value}"
             body.append(text)
+    if m.geometry:
+        body.append("geometry:                         # llama.cpp's compute graph (docs/engines.md)")
+        for key, value in m.geometry.items():
+            text = json.dumps(value) if isinstance(value, (bool, str)) else value
+            body.append(f"  {key}: {_flow(value, 4) if isinstance(value, list) else text}")
     if profile is not None:
         body.append(f"profile: {json.dumps(profile)}")
     return "\n".join(head + body) + "\n"

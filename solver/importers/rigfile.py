@@ -96,6 +96,8 @@ def rig_yaml(
         f"# Rig written by `{command}` from moesplit's card table (no NVML).",
         f"# free: the card's memory less {DRIVER_MIB} MiB that the driver and CUDA context take on a",
         "#   headless card; one that also drives a display has less: check nvidia-smi (rocm-smi), EDIT.",
+        "# reserve: kept free beyond what the plan counts (weights, KV cache, the engine's compute buffer);",
+        "#   llama.cpp's --fit keeps 1024 MiB free per device (common/common.h fit_params_target, -fitt).",
     ]
     rules = engine_named(engine)
     if "sms" in rules.speed_keys:
@@ -131,7 +133,7 @@ def rig_yaml(
         if p.host:
             body.append(_key("host", json.dumps(p.host), "the machine this GPU is in", 4))
         body.append(_key("free", f"{c.free_mib} MiB", f"{c.vram_mib} MiB - {DRIVER_MIB} MiB", 4))
-        body.append(_key("reserve", _size(reserve), "kept free for the engine's buffers", 4))
+        body.append(_key("reserve", _size(reserve), "a margin beyond what the engine counts", 4))
         if "sms" in rules.speed_keys:
             body.append(_key("sms", str(c.sms), "NVIDIA's published SM count", 4))
             body.append(_key("clock_ghz", str(c.boost_ghz), "NVIDIA's published boost clock", 4))

@@ -45,6 +45,8 @@ class Overrides:
     #: The rate a rig without ``host_bandwidth`` starts from (``solve calibrate`` fits it).
     host_bandwidth: int | None = None
     kv_type: str | None = None
+    n_ubatch: int | None = None
+    flash_attn: str | None = None
 
 
 def resolve(
@@ -251,6 +253,9 @@ def load_problem(rig_path: Path, overrides: Overrides | None = None) -> Problem:
         update["idle_gpus"] = True
     if ov.host_bandwidth is not None and rig.host_bandwidth is None:
         update["host_bandwidth"] = ov.host_bandwidth
+    for key in ("context", "n_ubatch", "flash_attn"):  # what the engine's memory depends on
+        if getattr(ov, key) is not None:
+            update[key] = getattr(ov, key)
     if update:
         rig = rig.model_copy(update=update)
     check_host_runs(rig, rig_doc)

@@ -56,6 +56,7 @@ class Scored:
     cpu_layers: layers [start, end) the command leaves on the CPU; cpu_ms: their time; extra_ms: GPU
     time and switches no stage carries (tensors held on a card that runs no layers, or sent from a CPU
     layer), with hand-offs to an output-only card. notes: what the reading assumed, one line each.
+    refused: why the engine would not start the command at all (None: it would).
     """
 
     problem: Problem
@@ -65,6 +66,7 @@ class Scored:
     cpu_ms: float = 0.0
     extra_ms: float = 0.0
     notes: list[str] = field(default_factory=list)
+    refused: str | None = None
 
     @property
     def window_ms(self) -> float:
@@ -76,8 +78,8 @@ class Scored:
 
     @property
     def fits(self) -> bool:
-        """Every card holds what the placement puts on it."""
-        return all(c.fits for c in self.cards)
+        """The engine starts the command and every card holds what the placement puts on it."""
+        return self.refused is None and all(c.fits for c in self.cards)
 
     @property
     def short(self) -> list[Card]:

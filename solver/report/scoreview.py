@@ -59,6 +59,7 @@ def score_json(s: Scored, words: list[str]) -> dict:
         "cards": [_card_json(c, None if c.gpu is None else int(p.free[c.gpu])) for c in s.cards],
         "out_of_memory": [{"gpu": c.gpu, "name": c.name, "shortfall_bytes": c.shortfall} for c in s.short],
         "notes": s.notes,
+        **({"refused": s.refused} if s.refused else {}),
     }
 
 
@@ -125,6 +126,8 @@ def print_score(s: Scored, r: Result, export: list[str] | None, console: Console
             f"[red]does not fit[/red]: {where} needs {format_size(c.need_bytes)} of "
             f"{format_size(int(c.avail_bytes or 0))}, short by {format_size(c.shortfall)}",
         )
+    if s.refused:
+        print_lines(console, f"[red]llama.cpp will not start this command[/red]: {s.refused}")
     if r.plan is None:
         print_lines(console, f"plan: {r.status}: {r.reason}")
     else:

@@ -281,6 +281,8 @@ def deepseek2(lite: bool = False) -> ModelSpec:
     }
     if q_rank:
         kv[f"{arch}.attention.q_lora_rank"] = q_rank
+        kv[f"{arch}.expert_group_count"] = 8
+        kv[f"{arch}.expert_group_used_count"] = 4
     b = _Builder()
     b.ends(h, vocab)
     for il in range(layers):
@@ -614,6 +616,40 @@ def fit_print(
     return FitPrint(devices, host, proc.stderr, seconds)
 
 
+_SCHED_RESERVE = re.compile(r"graph_reserve: reserving a graph for ubatch with n_tokens =\s*(\d+),")
+_SCHED_NODE = re.compile(r"^node #\s*\d+ \(\s*([A-Z_]+)\): (.{20}) \(\s*(\d+[MK])\) \[\s*(\S+)", re.M)
+
+
+def sched_dump(model: Path, rpc: str, args: Sequence[str], bin_dir: Path = DEFAULT_BIN) -> str:
+    """The ``-v`` log of a fit-print run with ``GGML_SCHED_DEBUG=2``: every reserved graph's splits and
+    nodes (op, name, size, backend). Large (a few MB): one line per node per reservation."""
+    cmd = [
+        str(bin_dir / "llama-fit-params"),
+        "-m",
+        str(model),
+        "--rpc",
+        rpc,
+        "--fit-print",
+        "on",
+        "-v",
+        *args,
+    ]
+    env = dict(os.environ, GGML_SCHED_DEBUG="2")
+    proc = subprocess.run(cmd, check=False, capture_output=True, text=True, env=env, timeout=300)
+    return re.sub(r"\d+\.\d+\.\d+\.\d+ [DIWE] ", "", proc.stderr)
+
+
+def parse_sched_nodes(log: str, n_tokens: int) -> list[tuple[str, str, str, str]]:
+    """``(op, name, size, backend)`` of each non-view node of the first graph reserved for
+    ``n_tokens`` tokens (the one fit-params sizes) in a ``sched_dump`` log; sizes as ggml prints
+    them (``4M``, ``255K``, truncated), names and backends truncated as ggml prints them."""
+    parts = _SCHED_RESERVE.split(log)
+    for i in range(1, len(parts), 2):
+        if int(parts[i]) == n_tokens:
+            return [(m[1], m[2].strip(), m[3], m[4]) for m in _SCHED_NODE.finditer(parts[i + 1])]
+    raise ValueError(f"no graph reserved for {n_tokens} tokens in the log")
+
+
 def parse_fit_command(text: str) -> dict[str, object]:
     """The fitted command fit-params prints without ``--fit-print`` (``-c N -ngl N [-ts a,b,...]
     [-ot "pattern=BUFT,..."]``, last line of stdout): ``{"c": int, "ngl": int, "ts": [int, ...],
@@ -637,30 +673,36 @@ def parse_fit_command(text: str) -> dict[str, object]:
 
 @dataclass(frozen=True)
 class LoaderLog:
-    """What the ``-v`` loader log says about placement: the device of each layer (``-1`` for the
-    input layer, as ``assigned to device`` lines number them), each tensor's buffer type when this
-    build prints it, and the per-buffer model sizes (``NAME model buffer size = X MiB``)."""
+    """What a ``-v`` log says about placement and sizes.
+
+    ``layer_device``: the device of each layer (``load_tensors: layer N assigned to device X``; layer
+    ``n_layer_all`` is the output layer). ``tensor_buffer``: the buffer type of the tensors this build
+    names (overridden tensors, ``tensor NAME (SIZE MiB TYPE) buffer type overridden to BUFT``, and
+    tensors the preferred buffer type refused, ``... cannot be used with preferred buffer type X,
+    using Y instead``); other tensors are not listed per tensor. ``compute_buffers``: the reserved
+    compute buffer per buffer type in MiB with two decimals (``sched_reserve: BUFT compute buffer
+    size = X MiB``), finer than fit-print's whole MiB. Model and KV buffer lines exist too but read
+    0.00 MiB under fit-params, which never allocates."""
 
     layer_device: dict[int, str]
     tensor_buffer: dict[str, str]
-    model_buffers: dict[str, float]
+    compute_buffers: dict[str, float]
 
 
 _LAYER = re.compile(r"load_tensors: layer\s+(\d+) assigned to device (\S+?),")
-_TENSOR = re.compile(
-    r"tensor (\S+) \(.*?\) buffer type overridden to (\S+)|tensor (\S+) .*?buffer type (\S+)"
+_OVERRIDE = re.compile(r"tensor (\S+) \([\d.]+ MiB \S+\) buffer type overridden to (\S+)")
+_REFUSED = re.compile(
+    r"tensor '(\S+)' \(\S+\) \(and \d+ others\) cannot be used with preferred buffer type \S+, "
+    r"using (\S+) instead"
 )
-_BUFFER = re.compile(r"load_tensors:\s+(\S+) model buffer size =\s+([\d.]+) MiB")
+_COMPUTE = re.compile(r"sched_reserve:\s+(\S+) compute buffer size =\s+([\d.]+) MiB")
 
 
 def parse_loader_log(log: str) -> LoaderLog:
-    """Read layer placement, tensor buffer types and model buffer sizes from a ``-v`` log."""
+    """Read layer placement, named tensors' buffer types and compute buffer sizes from a ``-v`` log
+    (the last reservation wins when the log holds several)."""
     layers = {int(m[1]): m[2] for m in _LAYER.finditer(log)}
-    tensors: dict[str, str] = {}
-    for m in _TENSOR.finditer(log):
-        name, buft = (m[1], m[2]) if m[1] else (m[3], m[4])
-        tensors[name] = buft
-    buffers: dict[str, float] = {}
-    for m in _BUFFER.finditer(log):
-        buffers[m[1]] = buffers.get(m[1], 0.0) + float(m[2])
-    return LoaderLog(layers, tensors, buffers)
+    tensors = {m[1]: m[2] for m in _OVERRIDE.finditer(log)}
+    tensors.update({m[1]: m[2] for m in _REFUSED.finditer(log)})
+    compute = {m[1]: float(m[2]) for m in _COMPUTE.finditer(log)}
+    return LoaderLog(layers, tensors, compute)

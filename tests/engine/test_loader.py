@@ -20,6 +20,12 @@ import yaml
 from click.testing import CliRunner
 
 from solver.cli import cli
+from solver.engines.llamacpp.args import parse_llama_args
+from solver.engines.llamacpp.commandmemory import with_command_memory
+from solver.engines.llamacpp.devices import devices_of, layer_devices
+from solver.engines.llamacpp.fields import LlamaFields
+from solver.engines.llamacpp.memory import PlanMemory
+from solver.planning.resolve import load_problem
 from tests.conftest import SHIPPED_RIGS
 from tests.engine import harness
 from tests.helpers.rigfiles import as_llama_rig, rig_model_path
@@ -96,13 +102,22 @@ def test_export_loads_where_the_plan_says(rig: Path, llama_bin: Path, gguf_dir: 
         return
     plan = json.loads(_solve(str(planned), "--json"))
     export = _solve(str(planned), "--export", "llama.cpp")
-    check_loads(rig, plan, llama_bin, gguf_dir, export)
+    check_loads(rig, plan, llama_bin, gguf_dir, export, planned)
 
 
-def check_loads(rig: Path, plan: dict, llama_bin: Path, gguf_dir: Path, export: str | None = None) -> None:
+def check_loads(
+    rig: Path,
+    plan: dict,
+    llama_bin: Path,
+    gguf_dir: Path,
+    export: str | None = None,
+    planned: Path | None = None,
+) -> None:
     """Load the plan's export (``export``, else the rig's own) in llama.cpp and compare its loader log
     with the plan: every layer on its stage's device, the output on the last, exactly the plan's
-    offloaded expert tensors on the CPU."""
+    offloaded expert tensors on the CPU; and, for a model with a geometry, each GPU's compute buffer as
+    the plan counts it for the command with fit-print's, and fit-print's total under the card's free
+    memory."""
     export = export or _solve(str(rig), "--export", "llama.cpp")
     words = _server_words(export)
     devices = _devices(words, len(plan["stages"]))
@@ -129,6 +144,44 @@ def check_loads(rig: Path, plan: dict, llama_bin: Path, gguf_dir: Path, export: 
     }
     assert on_cpu == offloaded
     assert max(log.layer_device) >= n_layers
+    stages = {s["gpu"]: (s["start"], s["end"]) for s in plan["stages"]}
+    line = next(ln for ln in export.splitlines() if "llama-server " in ln and not ln.startswith("#"))
+    fit = harness.parse_fit_print(done.stdout)[0]
+    check_memory(planned or rig, shlex.split(line), position, stages, fit)
+
+
+def agrees(ours: int, theirs: int) -> bool:
+    """Within max(2 %, 64 MiB) (both in MiB)."""
+    return abs(ours - theirs) <= max(0.02 * theirs, 64)
+
+
+def check_memory(
+    rig: Path,
+    command: list[str],
+    position: dict[int, int],
+    stages: dict[int, tuple[int, int]],
+    measured: dict,
+) -> None:
+    """The plan's own count of each GPU's compute buffer for the export (what ``solve score`` counts)
+    and of its KV cache against fit-print's (the sparse twins' weights are not the model file's, so
+    the weights are not compared)."""
+    p = load_problem(rig)
+    pm = LlamaFields.of(p).llama_memory
+    if not isinstance(pm, PlanMemory):  # a model file without a geometry: the allowance
+        return
+    args = parse_llama_args(command)
+    dev = devices_of(p, args)
+    layers, output = layer_devices(p, args, dev)
+    q, _, _ = with_command_memory(p, args, dev, layers, output)
+    for g, i in position.items():
+        theirs = measured[f"RPC{i}"]
+        if pm.buffers[g] is None:
+            continue
+        ours = (int(q.reserve[g]) - int(p.reserve[g]) + pm.buffers[g]) // 2**20
+        assert agrees(ours, theirs.compute), (rig.stem, g, ours, theirs)
+        a, b = stages[g]
+        kv = (int(p.kv_per_layer[a:b].sum()) * p.context) // 2**20
+        assert agrees(kv, theirs.context) or kv >= theirs.context, (rig.stem, g, kv, theirs)
 
 
 #: Cards the random rigs draw from (the card table knows their bandwidth).

@@ -408,7 +408,8 @@ def test_other_flags_are_ignored_and_named() -> None:
     )
     assert got.visible == (1, 0) and got.devices == ("CUDA1", "CUDA0") and got.split_mode == "none"
     assert got.main_gpu == 1 and got.type_k == "q8_0" and got.type_v == "f16"
-    assert got.ignored == ("OMP_NUM_THREADS=8", "-m m.gguf", "--jinja", "-fa on", "-t 16", "--no-mmap")
+    assert got.ignored == ("OMP_NUM_THREADS=8", "-m m.gguf", "--jinja", "-t 16", "--no-mmap")
+    assert got.flash_attn == "on"
 
 
 def test_llama_bench_words_are_one_test() -> None:

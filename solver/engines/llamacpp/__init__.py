@@ -26,13 +26,16 @@ from solver.engines.export import (
     stage_sizes,
 )
 from solver.engines.export_hosts import llama_rpc_lines
+from solver.engines.llamacpp import memory as llama_memory
 from solver.engines.llamacpp.args import LlamaArgs, parse_llama_args
 from solver.engines.llamacpp.fields import LlamaFields
 from solver.engines.llamacpp.fitdefault import fit_default
-from solver.engines.llamacpp.layout import COMPUTE_BUFFER, N_UBATCH, free_memory_split
+from solver.engines.llamacpp.layout import COMPUTE_BUFFER, free_memory_split
+from solver.engines.llamacpp.memory import N_BATCH, N_UBATCH
 from solver.engines.llamacpp.score import score
 from solver.engines.llamacpp.table import LlamaTable, cpu_moe_fill, stage_fill
 from solver.engines.llamacpp.tensors import Costs, llama_units
+from solver.errors import InputError
 from solver.files.kvcache import KV_TYPES
 from solver.problem.baselines import Baseline, cuts_of
 from solver.problem.placement import Placement, StageFill, bounds_ok, feasible
@@ -69,12 +72,41 @@ def _why_not(p: Problem, plan: Placement, n_cpu: int) -> str:
     return f"{split} breaks a GPU's min_layers or max_layers"
 
 
+def _compute_buffers(rig: RigConfig, model: ModelConfig) -> dict:
+    """llama.cpp's compute buffer on each GPU, as the per-GPU ``buffers`` and the extra bytes of the
+    first and last stages: with the model's geometry, the exact figure of each role (``middle`` on every
+    GPU, what ``first`` and ``last`` take beyond it on those stages; one GPU: ``only``); without it, the
+    allowance ``COMPUTE_BUFFER`` on every GPU and the logits of a micro-batch on the last
+    (docs/engines.md, "Memory the engine takes"). The token embeddings stay in host RAM."""
+    first = model.first_stage_bytes - model.embedding_bytes
+    k = len(rig.gpus)
+    g = llama_memory.geometry(model)
+    if g is None:
+        logits = 4 * rig.n_ubatch * (model.vocab_size or 0)  # float32 logits of a micro-batch
+        return {"buffers": [COMPUTE_BUFFER] * k, "last_stage_extra": logits, "first_stage_bytes": first}
+    flags = llama_memory.run_flags(rig.context, rig.n_ubatch, rig.flash_attn == "on", model.kv_type)
+    r = llama_memory.role_compute(g, flags)
+    if k == 1:
+        each, head, tail = r.only, 0, 0
+    else:
+        each, head, tail = r.middle, max(r.first - r.middle, 0), max(r.last - r.middle, 0)
+        if rig.idle_gpus:  # a plan may run on one GPU alone: its stage is first and last at once
+            tail += max(r.only - (r.middle + head + tail), 0)
+    counted = tuple(None if gpu.buffer is not None else each for gpu in rig.gpus)
+    return {
+        "buffers": [each] * k,
+        "last_stage_extra": tail,
+        "first_stage_bytes": first + head,
+        "llama_memory": llama_memory.PlanMemory(g, flags, counted, head, tail),
+    }
+
+
 class LlamaCpp(BytesSpeed):
     """llama.cpp: expert tensors on their layer's GPU or on the CPU, which runs them."""
 
     name = "llama.cpp"
     note = "expert tensors on a GPU or, beyond VRAM, on the CPU"
-    rig_keys = ("host_bandwidth", "host_memory", *BytesSpeed.rig_keys)
+    rig_keys = ("host_bandwidth", "host_memory", "n_ubatch", "flash_attn", *BytesSpeed.rig_keys)
     miss_rate_key = "host_bandwidth"
     reads_llama_bench = True
     defaults = ("fit", "free-memory")
@@ -105,28 +137,42 @@ class LlamaCpp(BytesSpeed):
 
     def resolve_fields(self, rig: RigConfig, model: ModelConfig, experts: np.ndarray) -> Resolved:
         """The speed model's fields, the units at the rig's ``host_bandwidth``, the model's MTP blocks
-        and GGUF file; the compute buffer on every card, the last stage's logits and the first stage's
-        weights without the embeddings (they stay in host memory)."""
+        and GGUF file, the micro-batch and flash attention; the compute buffer on every card by its role
+        (``_compute_buffers``) and the first stage's weights without the embeddings (they stay in host
+        memory). A quantised V cache without flash attention is refused, as llama.cpp refuses it."""
         speed, layer_ms = self.speed_fields(rig, model, experts)
         units = llama_units(model, rig.host_bandwidth, experts)
+        fa = rig.flash_attn == "on"
+        why = llama_memory.refusal(None, llama_memory.run_flags(rig.context, rig.n_ubatch, fa, model.kv_type))
+        if why:
+            raise InputError(
+                rig.name or "rig", f"kv_type {model.kv_type} with flash_attn off: llama.cpp's {why}"
+            )
+        memory = _compute_buffers(rig, model)
         fields = LlamaFields(
             **speed,
             **units,
             host_bandwidth=rig.host_bandwidth,
             nextn_layers=model.nextn_layers,
             gguf=model.gguf,
+            n_ubatch=rig.n_ubatch,
+            flash_attn=fa,
+            llama_memory=memory.get("llama_memory"),
         )
         return Resolved(
             fields,
-            buffers=[COMPUTE_BUFFER] * len(rig.gpus),
+            buffers=memory["buffers"],
             layer_ms=layer_ms,
-            first_stage_bytes=model.first_stage_bytes - model.embedding_bytes,
-            last_stage_extra=4 * N_UBATCH * (model.vocab_size or 0),  # float32 logits of a micro-batch
+            first_stage_bytes=memory["first_stage_bytes"],
+            last_stage_extra=memory["last_stage_extra"],
         )
 
     def launch(self, p: Problem, fit_off: bool = False) -> Launch:
-        """The GGUF file, with the context and KV cache type."""
-        return dataclasses.replace(super().launch(p, fit_off), gguf=LlamaFields.of(p).gguf)
+        """The GGUF file, with the context, KV cache type, micro-batch and flash attention."""
+        f = LlamaFields.of(p)
+        return dataclasses.replace(
+            super().launch(p, fit_off), gguf=f.gguf, n_ubatch=f.n_ubatch, flash_attn=f.flash_attn
+        )
 
     def extra_blocks(self, p: Problem) -> int:
         return LlamaFields.of(p).nextn_layers
@@ -192,7 +238,8 @@ class LlamaCpp(BytesSpeed):
 
     def export(self, plan: Shape) -> list[Line]:
         """``llama-server -m MODEL.gguf -c CONTEXT --split-mode layer -ngl 999 --tensor-split ... -ot ...``
-        with ``-ctk/-ctv`` and ``-fa on`` for a KV cache type other than f16 and ``-fit off`` when asked;
+        with ``-ub`` (and ``-b`` when it must grow) for a micro-batch other than 512, ``-ctk/-ctv`` and
+        ``-fa on`` for a KV cache type other than f16, ``-fa off`` when asked, and ``-fit off`` when asked;
         across hosts, the rpc-server lines first."""
         gpus, cuts, n_layers, launch = plan.gpus, plan.cuts, plan.n_layers, plan.launch
         offload, names, extra_blocks, hosts = plan.offload, plan.names, plan.extra_blocks, plan.hosts
@@ -200,8 +247,15 @@ class LlamaCpp(BytesSpeed):
         model, notes = placeholder(launch.gguf, "MODEL.gguf", GGUF_PLACEHOLDER)
         context, more = context_flag("-c", launch.context)
         tail = []
-        if launch.kv_type != self.kv_types[0]:  # a quantised V cache needs flash attention
-            tail = ["-ctk", launch.kv_type, "-ctv", launch.kv_type, "-fa", "on"]
+        if launch.n_ubatch != N_UBATCH:  # -b (2048 by default) must be at least -ub
+            tail += ["-b", str(launch.n_ubatch)] if launch.n_ubatch > N_BATCH else []
+            tail += ["-ub", str(launch.n_ubatch)]
+        if launch.kv_type != self.kv_types[0]:
+            tail += ["-ctk", launch.kv_type, "-ctv", launch.kv_type]
+        if not launch.flash_attn:
+            tail += ["-fa", "off"]
+        elif launch.kv_type != self.kv_types[0]:  # a quantised V cache needs flash attention
+            tail += ["-fa", "on"]
         tail += ["-fit", "off"] if launch.fit_off else []
         head = ["llama-server", "-m", model, *context]
         if hosts is not None and hosts.spans(gpus):

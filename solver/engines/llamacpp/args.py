@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from solver.engines.llamacpp.flags import (
     BENCH_FLAGS,
     ENV_FLAGS,
+    FLASH_MEANS,
     FLASH_VALUES,
     KV_TYPE_BYTES,
     LLAMA_FLAGS,
@@ -52,8 +53,9 @@ class LlamaArgs:
     ``("none",)``: no GPU). overrides: every tensor rule ``(pattern, buffer type)`` in the order llama.cpp
     searches them, the ``-ncmoe``/``-cmoe`` rules included (n_cpu_moe and cpu_moe say which flags
     gave them). ctx_size: ``-c`` (None: not given; 0: the model's own). visible: CUDA_VISIBLE_DEVICES.
-    rpc: ``--rpc`` endpoints. depth: llama-bench's ``-d`` (None elsewhere). ignored: the flags read but
-    not modelled; notes: what the reading assumed, one line each.
+    rpc: ``--rpc`` endpoints. depth: llama-bench's ``-d`` (None elsewhere). n_batch, n_ubatch: ``-b``,
+    ``-ub`` (None: not given); flash_attn: ``-fa`` as ``on``, ``off`` or ``auto`` (None: not given).
+    ignored: the flags read but not modelled; notes: what the reading assumed, one line each.
     """
 
     program: str = "llama-server"
@@ -71,6 +73,9 @@ class LlamaArgs:
     visible: tuple[int, ...] | None = None
     rpc: tuple[str, ...] = ()
     depth: int | None = None
+    n_batch: int | None = None
+    n_ubatch: int | None = None
+    flash_attn: str | None = None
     ignored: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default=(), compare=False)
 
@@ -172,6 +177,11 @@ def _read_server(r: _Reader, words: list[str]) -> None:
                 i += 1
             _server_flag(r, flag, inline, f"{flag} {inline}")
             continue
+        if flag in ("-fa", "--flash-attn"):  # a value on newer builds, none (on) on older ones
+            given = i < len(words) and words[i].lower() in FLASH_VALUES
+            r.fields["flash_attn"] = FLASH_MEANS[words[i].lower()] if given else "on"
+            i += given
+            continue
         i = _skip(r, flag, words, i)
 
 
@@ -234,6 +244,11 @@ def _server_flag(r: _Reader, flag: str, value: str | None, shown: str) -> None:
         f["type_k" if what == "ctk" else "type_v"] = value
     elif what == "rpc":
         f["rpc"] = _endpoints(label, value)
+    elif what in ("batch", "ubatch"):
+        n = stoi(label, value)
+        if n < 1:
+            raise ArgsError(f"{shown}: invalid value")
+        f["n_batch" if what == "batch" else "n_ubatch"] = n
 
 
 def _endpoints(flag: str, value: str) -> tuple[str, ...]:
@@ -291,3 +306,13 @@ def _bench_flag(r: _Reader, flag: str, what: str, value: str) -> None:
         f["type_k" if what == "ctk" else "type_v"] = kind
     elif what == "rpc":
         f["rpc"] = _endpoints(flag, value)
+    elif what in ("batch", "ubatch"):
+        n = one_value(flag, value, int_list(flag, value, negative=False))
+        if n < 1:
+            raise ArgsError(f"{flag} {value}: invalid value")
+        f["n_batch" if what == "batch" else "n_ubatch"] = n
+    elif what == "fa":
+        on = one_value(flag, value, value.split(",")).strip().lower()
+        if on not in FLASH_MEANS:
+            raise ArgsError(f"{flag} {value}: invalid value (0 or 1)")
+        f["flash_attn"] = FLASH_MEANS[on]

@@ -23,6 +23,9 @@ class LlamaFields(BytesFields):
     nextn_layers    blocks the GGUF holds after the planned layers (MTP), placed on the last device
                     with the output
     gguf            the GGUF file the command loads, a path from the working directory (None: unknown)
+    n_ubatch, flash_attn  the micro-batch (``-ub``) and flash attention (``-fa``) the plan assumes
+    llama_memory    what the compute buffers were counted from (solver.engines.llamacpp.memory
+                    PlanMemory; None: the model file has no ``geometry:`` block, an allowance)
     """
 
     unit_layer: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
@@ -33,6 +36,9 @@ class LlamaFields(BytesFields):
     host_bandwidth: float | None = None
     nextn_layers: int = 0
     gguf: str | None = None
+    n_ubatch: int = 512
+    flash_attn: bool = True
+    llama_memory: object | None = None
 
     def at_host_bandwidth(self, rate: float) -> LlamaFields:
         """The units' CPU times at ``rate`` (a problem without a CPU rate keeps its own)."""

@@ -65,6 +65,10 @@ LLAMA_FLAGS: dict[str, str] = {
     "-ctv": "ctv",
     "--cache-type-v": "ctv",
     "--rpc": "rpc",
+    "-b": "batch",
+    "--batch-size": "batch",
+    "-ub": "ubatch",
+    "--ubatch-size": "ubatch",
 }
 #: The flags that place layers and tensors: llama.cpp's own, in no other engine's command.
 LLAMA_PLACEMENT = frozenset(
@@ -105,6 +109,12 @@ BENCH_FLAGS: dict[str, str] = {
     "--n-depth": "depth",
     "-n": "gen",
     "--n-gen": "gen",
+    "-b": "batch",
+    "--batch-size": "batch",
+    "-ub": "ubatch",
+    "--ubatch-size": "ubatch",
+    "-fa": "fa",
+    "--flash-attn": "fa",
 }
 # Environment variables llama-server reads as flag values (common/arg.cpp set_env).
 ENV_FLAGS: dict[str, str] = {
@@ -117,6 +127,8 @@ ENV_FLAGS: dict[str, str] = {
     "LLAMA_ARG_CTX_SIZE": "-c",
     "LLAMA_ARG_CACHE_TYPE_K": "-ctk",
     "LLAMA_ARG_CACHE_TYPE_V": "-ctv",
+    "LLAMA_ARG_BATCH": "-b",
+    "LLAMA_ARG_UBATCH": "-ub",
 }
 # Flags of llama-server/llama-cli/llama-bench that take no value (any other unknown flag is taken
 # with the word after it, unless that word is itself a flag).
@@ -218,3 +230,8 @@ VOID_FLAGS = frozenset(
 )
 # What -fa (and its long form) may take: newer builds a value, older builds none.
 FLASH_VALUES = frozenset({"on", "off", "auto", "1", "0", "true", "false", "enabled", "disabled", "yes", "no"})
+# What each -fa value means (common/arg.cpp): flash attention on, off, or auto (on where the backend
+# supports it, as RPC and CUDA builds do for these models).
+FLASH_MEANS = {"1": "on", "true": "on", "enabled": "on", "yes": "on", "0": "off", "false": "off"} | {
+    "disabled": "off", "no": "off", "on": "on", "off": "off", "auto": "auto"
+}  # fmt: skip

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 
-#: llama.cpp's compute buffer on each GPU besides the output logits (graph intermediates at the default
-#: n_ubatch 512 with flash attention; docs/engines.md, "Memory the engine takes").
+#: The allowance for llama.cpp's compute buffer on each GPU besides the output logits, for a model file
+#: without a ``geometry:`` block (graph intermediates at the default n_ubatch 512 with flash attention;
+#: docs/engines.md, "Memory the engine takes"); with one, solver.engines.llamacpp.memory computes it.
 COMPUTE_BUFFER = 256 * 2**20
-#: Tokens of the default micro-batch (``-ub``): the output device holds their float32 logits.
-N_UBATCH = 512
 
 
 def slot_devices(weights: np.ndarray, n_blocks: int, n_gpu_layers: int) -> list[int | None]:

@@ -12,6 +12,7 @@ cost a hand-off.
 
 from __future__ import annotations
 
+import dataclasses
 from fractions import Fraction
 
 import numpy as np
@@ -19,6 +20,7 @@ import numpy as np
 from solver.engines.bandwidth import dense_of, speed_of, with_constants
 from solver.engines.base import Engine
 from solver.engines.llamacpp.args import LlamaArgs
+from solver.engines.llamacpp.commandmemory import refusal, with_command_memory
 from solver.engines.llamacpp.devices import CPU, devices_of, layer_devices, placed_bytes
 from solver.engines.llamacpp.fields import LlamaFields
 from solver.engines.llamacpp.flags import KV_TYPE_BYTES
@@ -57,6 +59,7 @@ def score(p: Problem, args: LlamaArgs, engine: Engine) -> Scored:
             f"llama.cpp ignores the last {len(args.tensor_split) - len(dev.model)}"
         )
     layers, output = layer_devices(q, args, dev)
+    q, host_compute, memory_notes = with_command_memory(q, args, dev, layers, output)
     c = Costs.of(q)
     placed, cpu_names, rule_notes = placed_bytes(q, c, args, dev, layers)
     bounds = _stages(layers)
@@ -84,8 +87,9 @@ def score(p: Problem, args: LlamaArgs, engine: Engine) -> Scored:
     if cpu_ms or extra_ms:
         window += cpu_ms + extra_ms
         held_mass += float(c.cpu[from_cpu.any(axis=1)].sum()) / max(float(c.cpu.sum()), 1e-300)
-    cards.insert(0, _cpu_card(q, c, placed, cpu_end, output))
-    notes = [*args.notes, *notes, *rule_notes]
+    cpu_card = _cpu_card(q, c, placed, cpu_end, output)
+    cards.insert(0, dataclasses.replace(cpu_card, need_bytes=cpu_card.need_bytes + host_compute))
+    notes = [*args.notes, *notes, *rule_notes, *memory_notes]
     placed_by_user = args.n_gpu_layers is not None or args.tensor_split or args.overrides
     fit_off = any(
         w.split(" ")[0] in ("-fit", "--fit") and w.split(" ")[-1] in ("off", "0") for w in args.ignored
@@ -97,7 +101,11 @@ def score(p: Problem, args: LlamaArgs, engine: Engine) -> Scored:
         )
     if args.ignored:
         notes.append(f"not modelled: {' '.join(args.ignored)}")
-    return Scored(q, Placement(stages, window, held_mass), cards, (0, cpu_end), cpu_ms, extra_ms, notes)
+    why = refusal(q, args)
+    if why:
+        notes.append(f"llama.cpp will not start this command: {why}")
+    placement = Placement(stages, window, held_mass)
+    return Scored(q, placement, cards, (0, cpu_end), cpu_ms, extra_ms, notes, refused=why)
 
 
 def _stages(layers: list[int]) -> list[tuple[int, int, int]]:
