@@ -208,7 +208,7 @@ def gather(
     notes: list[str] = []
     buffers: dict[int, str] = {}
     for path in benches:
-        found, skipped = read_bench(path, shown_path(path), expect)
+        found, skipped = read_bench(path, shown_path(path), expect, engine_of(p).bench_row)
         runs += found
         notes += skipped
     for i, path in enumerate(logs):
