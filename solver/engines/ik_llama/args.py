@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 
 from solver.engines.ik_llama.rules import SPLIT_MODES, bench_ncmoe_rules
 from solver.engines.llamacpp.args import LlamaArgs
-from solver.engines.llamacpp.flags import KV_TYPE_BYTES, OTHER_ENGINES
+from solver.engines.llamacpp.flags import BENCH_FLAGS as MAINLINE_BENCH
+from solver.engines.llamacpp.flags import KV_TYPE_BYTES, LLAMA_FLAGS, OTHER_ENGINES
 from solver.engines.llamacpp.values import (
     device_names,
     int_list,
@@ -38,34 +39,11 @@ from solver.errors import ArgsError
 
 #: llama-server / llama-cli flags that place layers and tensors, or that a score reads (common.cpp).
 SERVER_FLAGS: dict[str, str] = {
-    "-ngl": "ngl",
-    "--gpu-layers": "ngl",
-    "--n-gpu-layers": "ngl",
-    "-sm": "sm",
-    "--split-mode": "sm",
-    "-ts": "ts",
-    "--tensor-split": "ts",
-    "-mg": "mg",
-    "--main-gpu": "mg",
-    "-dev": "dev",
-    "--device": "dev",
-    "-ot": "ot",
-    "--override-tensor": "ot",
-    "-ncmoe": "ncmoe",
-    "--n-cpu-moe": "ncmoe",
-    "-cmoe": "cmoe",
-    "--cpu-moe": "cmoe",
+    **LLAMA_FLAGS,  # mainline's spellings, which ik shares (-ncmoe/-cmoe with ik's meaning)
     "--fit": "fit",
     "--fit-margin": "fit_margin",
     "-gfm": "gpu_fit_margin",
     "--gpu-fit-margin": "gpu_fit_margin",
-    "-c": "ctx",
-    "--ctx-size": "ctx",
-    "-ctk": "ctk",
-    "--cache-type-k": "ctk",
-    "-ctv": "ctv",
-    "--cache-type-v": "ctv",
-    "--rpc": "rpc",
     "-no-fmoe": "no_fmoe",
     "--no-fused-moe": "no_fmoe",
     "-rtr": "rtr",
@@ -140,27 +118,10 @@ ENV_FLAGS: dict[str, str] = {
 }
 #: llama-bench flags a score reads: spelling -> meaning (every flag takes a value).
 BENCH_FLAGS: dict[str, str] = {
-    "-ngl": "ngl",
-    "--n-gpu-layers": "ngl",
-    "-sm": "sm",
-    "--split-mode": "sm",
-    "-ts": "ts",
-    "--tensor-split": "ts",
-    "-mg": "mg",
-    "--main-gpu": "mg",
-    "-rpc": "rpc",
-    "--rpc": "rpc",
-    "-ot": "ot",
-    "--override-tensor": "ot",
+    **{k: v for k, v in MAINLINE_BENCH.items() if v not in ("dev", "ncmoe", "depth")},
     "--n-cpu-moe": "bench_moe",
-    "-ctk": "ctk",
-    "--cache-type-k": "ctk",
-    "-ctv": "ctv",
-    "--cache-type-v": "ctv",
-    "-n": "gen",
-    "--n-gen": "gen",
     "-gp": "gp",
-    "-d": "depth",
+    "-d": "depth",  # not ik's: how solver.calibrate.llamabench writes a JSON row's depth
     "-fmoe": "fmoe",
     "--fused-moe": "fmoe",
     "-rtr": "rtr",
@@ -355,7 +316,7 @@ def _read_bench(r: _State, words: list[str]) -> None:
     while i < len(words):
         flag = words[i].replace("_", "-") if words[i].startswith("--") else words[i]
         i += 1
-        if flag in ("-ncmoe", "-dev", "--device", "--n-depth"):
+        if flag in ("-ncmoe", "-dev", "--device", "--n-depth"):  # mainline llama-bench's, not ik's
             raise ArgsError(f"{flag}: unknown argument to ik_llama.cpp's llama-bench")
         if flag not in BENCH_FLAGS:
             takes = i < len(words) and not _is_flag(words[i])
