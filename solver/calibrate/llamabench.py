@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,8 +65,11 @@ class Skip(Exception):
     """A row that cannot be used, and why (one line)."""
 
 
-def read_bench(path: Path, shown: str, expect: Expect) -> tuple[list[Run], list[str]]:
-    """The generation rows of a llama-bench output file as runs, and notes on the rows skipped.
+def read_bench(
+    path: Path, shown: str, expect: Expect, convert: Callable[[dict], dict] | None = None
+) -> tuple[list[Run], list[str]]:
+    """The generation rows of a llama-bench output file as runs, and notes on the rows skipped;
+    ``convert`` (the engine's ``bench_row``) first renames another llama-bench's fields to these.
 
     Raises InputError (naming the file) for a file that is not llama-bench JSON or JSONL.
     """
@@ -74,6 +78,7 @@ def read_bench(path: Path, shown: str, expect: Expect) -> tuple[list[Run], list[
     notes: list[str] = []
     prompt_rows = 0
     for where, row in _rows(text, shown):
+        row = convert(row) if convert is not None else row
         try:
             n_prompt, n_gen = _whole(row, "n_prompt"), _whole(row, "n_gen")
             if n_prompt != 0 or n_gen <= 0:

@@ -225,7 +225,7 @@ def gather(
     notes: list[str] = []
     buffers: dict[int, str] = {}
     for path in _once(benches, "--llama-bench", notes):
-        found, skipped = read_bench(path, shown_path(path), expect)
+        found, skipped = read_bench(path, shown_path(path), expect, engine_of(p).bench_row)
         runs += found
         notes += skipped
     read: dict[tuple[Path, str], Path] = {}

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from solver.engines.base import Engine, Resolved, Shape, Table, Weights
 from solver.engines.export import Launch, Offload
 from solver.engines.export_hosts import Hosts
+from solver.engines.ik_llama import IkLlama
 from solver.engines.llamacpp import LlamaCpp
 from solver.engines.resident import Sglang, Vllm
 from solver.engines.shells import DEFAULT_SHELL, render
@@ -36,6 +37,7 @@ def register(engine: Engine) -> Engine:
 
 register(Strata())
 register(LlamaCpp())
+register(IkLlama())
 register(Vllm())
 register(Sglang())
 

@@ -266,6 +266,11 @@ class Engine:
         them), read as the engine reads them, for ``score``; ArgsError for words it would refuse."""
         raise ArgsError(f"engine {self.name} has no command line to score")
 
+    def bench_row(self, row: dict) -> dict:
+        """One ``llama-bench -o json`` test object in mainline llama-bench's field names (what
+        solver.calibrate.llamabench reads); an engine whose llama-bench names them otherwise converts."""
+        return row
+
     def score(self, p: Problem, args: object) -> Scored:
         """The placement ``args`` (from ``read_command``) makes on the rig, predicted like a plan."""
         raise NotImplementedError

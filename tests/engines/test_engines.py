@@ -140,7 +140,7 @@ def rigs(draw):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("objective", ["time", "mass", "throughput"])
-@pytest.mark.parametrize("engine", ["llama.cpp", "vllm", "sglang"])
+@pytest.mark.parametrize("engine", ["llama.cpp", "ik_llama.cpp", "vllm", "sglang"])
 @settings(max_examples=examples(200), deadline=None)
 @given(rig=rigs())
 def test_solvers_agree_under_every_engine(engine, objective, rig):

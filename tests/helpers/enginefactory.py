@@ -7,6 +7,7 @@ import dataclasses
 import numpy as np
 
 from solver.engines.bandwidth import Speed
+from solver.engines.ik_llama.units import IkFields, fuse
 from solver.engines.llamacpp.fields import LlamaFields
 from solver.problem.problem import Problem
 from tests.helpers.factory import random_problem
@@ -41,7 +42,7 @@ def random_engine_problem(seed: int, engine: str, **kw) -> Problem:
     experts = rng.integers(0, 9, n)
     experts[rng.random(n) < 0.2] = 0
     replace: dict = {"engine": engine, "experts": experts.astype(np.int64)}
-    if engine == "llama.cpp":
+    if engine in ("llama.cpp", "ik_llama.cpp"):
         rows = []
         n_tensors = int(rng.integers(1, 4))
         for t in range(n_tensors):
@@ -64,6 +65,13 @@ def random_engine_problem(seed: int, engine: str, **kw) -> Problem:
             speed=_speed(rng, p.n_gpus),
         )
         replace["free"] = p.free + int(size.sum() * 0.3 / p.n_gpus)
+        if engine == "ik_llama.cpp":  # ik's units: a layer's gate and up fused into one
+            f = replace["engine_fields"]
+            base = {x.name: getattr(f, x.name) for x in dataclasses.fields(f)}
+            fused = fuse(
+                {k: base[k] for k in ("unit_layer", "unit_slot", "unit_bytes", "unit_ms", "unit_names")}
+            )
+            replace["engine_fields"] = IkFields(**(base | fused), max_compute=int(rng.integers(0, 30)))
     else:
         replace["kv_per_layer"] = rng.integers(0, 4, n).astype(np.int64)
         replace["free"] = p.free + int((experts * p.expert_bytes).sum() / p.n_gpus)

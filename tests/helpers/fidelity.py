@@ -1,6 +1,7 @@
 """Predicted against measured for every run in tests/fixtures/measured, before and after calibration.
 
-Each machine becomes a llama.cpp rig of its GPUs from the card table (``solve rig new``), with
+Each machine becomes a rig of its GPUs for the engine its runs ran (``engine``: llama.cpp unless the
+fixture or the run says ik_llama.cpp) from the card table (``solve rig new``), with
 ``host_bandwidth`` half its nominal RAM rate (START_HOST_BANDWIDTH where the page gives none) and the
 default GPU constants: that is "before". Then the constants are fitted (solver.calibrate.speedfit, exactly as
 ``solve calibrate`` fits them) to the machine's first run, or its first two when it has four or
@@ -54,13 +55,13 @@ class Row:
     model: str
 
 
-def _rig(doc: dict, model_file: Path, folder: Path) -> Problem:
-    """The machine as a llama.cpp rig of its cards, for ``model_file``."""
+def _rig(doc: dict, model_file: Path, folder: Path, engine: str = "llama.cpp") -> Problem:
+    """The machine as a rig of its cards for ``engine`` (llama.cpp or ik_llama.cpp), for ``model_file``."""
     nominal = doc["host_bandwidth_nominal"]
     rate = parse_rate(nominal.split("#")[0].strip()) // 2 if nominal != "unknown" else START_HOST_BANDWIDTH
     text = rig_yaml(
         place(doc["gpus"]),
-        engine="llama.cpp",
+        engine=engine,
         name=doc["machine"],
         model_ref=str(model_file),
         context=0,
@@ -69,7 +70,7 @@ def _rig(doc: dict, model_file: Path, folder: Path) -> Problem:
         host_memory=None,
         command="tests/helpers/fidelity.py",
     )
-    path = folder / f"{doc['machine']}-{model_file.stem}.yaml"
+    path = folder / f"{doc['machine']}-{model_file.stem}-{engine}.yaml"
     path.write_text(text)
     return load_problem(path, Overrides())
 
@@ -77,16 +78,18 @@ def _rig(doc: dict, model_file: Path, folder: Path) -> Problem:
 def machine_rows(path: Path, folder: Path) -> list[Row]:
     """Every run of one machine file, fitted on its first run (first two when it has four or more)."""
     doc = yaml.safe_load(path.read_text())
-    engine = engine_named("llama.cpp")
     runs = doc["runs"]
     fitted_n = 2 if len(runs) >= 4 else 1
     problems: dict[str, Problem] = {}
     cases = []
     for i, r in enumerate(runs):
         model_file = (FOLDER / r.get("model_file", doc["model_file"])).resolve()
-        if str(model_file) not in problems:
-            problems[str(model_file)] = _rig(doc, model_file, folder)
-        p = problems[str(model_file)]
+        name = r.get("engine", doc.get("engine", "llama.cpp"))  # each run scored by the engine it ran
+        key = f"{model_file}|{name}"
+        if key not in problems:
+            problems[key] = _rig(doc, model_file, folder, name)
+        p = problems[key]
+        engine = engine_named(name)
         run = Run(
             f"{doc['machine']} run {i + 1}",
             tuple(shlex.split(r["flags"])),
@@ -95,11 +98,11 @@ def machine_rows(path: Path, folder: Path) -> list[Row]:
             0.0,
             "",
         )
-        cases.append((p, run, score_run(p, run, engine)))
+        cases.append((p, run, score_run(p, run, engine), engine))
     x0 = weights_of(next(iter(problems.values())))
-    x = fit(design_of([s for _, _, s in cases[:fitted_n]]), x0).x
+    x = fit(design_of([s for _, _, s, _ in cases[:fitted_n]]), x0).x
     rows = []
-    for i, (p, run, s) in enumerate(cases):
+    for i, (p, run, s, engine) in enumerate(cases):
         args = engine.read_command(list(run.words))
         after = engine.score(with_constants(at(p, x), depth=run.depth), args).window_ms
         rows.append(

@@ -13,6 +13,7 @@ cost a hand-off.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from fractions import Fraction
 
 import numpy as np
@@ -21,7 +22,7 @@ from solver.engines.bandwidth import dense_of, speed_of, with_constants
 from solver.engines.base import Engine
 from solver.engines.llamacpp.args import LlamaArgs
 from solver.engines.llamacpp.commandmemory import refusal, with_command_memory
-from solver.engines.llamacpp.devices import CPU, devices_of, layer_devices, placed_bytes
+from solver.engines.llamacpp.devices import CPU, Devices, devices_of, layer_devices, placed_bytes
 from solver.engines.llamacpp.fields import LlamaFields
 from solver.engines.llamacpp.flags import KV_TYPE_BYTES
 from solver.engines.llamacpp.tensors import Costs
@@ -48,9 +49,33 @@ def run_problem(p: Problem, args: LlamaArgs) -> tuple[Problem, list[str]]:
     return q, notes
 
 
-def score(p: Problem, args: LlamaArgs, engine: Engine) -> Scored:
+#: Where a command puts layers: (layers' devices, output's device, the args whose ``overrides`` are every
+#: tensor rule in search order, notes). mainline's is ``mainline_layout``; another engine brings its own.
+Layout = Callable[[Problem, LlamaArgs, Devices], tuple[list[int], int, LlamaArgs, list[str]]]
+#: What a score of a command that places nothing says (mainline's --fit is on by default).
+UNASKED = (
+    "recent llama.cpp builds fit memory by themselves (--fit, on by default) when no -ngl, -ts, -ot "
+    "or -ncmoe is given; this is the placement without it"
+)
+
+
+def mainline_layout(p: Problem, args: LlamaArgs, dev: Devices) -> tuple[list[int], int, LlamaArgs, list[str]]:
+    """llama.cpp's ``load_tensors`` slot split (solver.engines.llamacpp.devices.layer_devices); the
+    rules are the command's own."""
+    layers, output = layer_devices(p, args, dev)
+    return layers, output, args, []
+
+
+def score(
+    p: Problem,
+    args: LlamaArgs,
+    engine: Engine,
+    layout: Layout = mainline_layout,
+    unasked: str | None = UNASKED,
+) -> Scored:
     """The command's placement on the rig and its predicted window (see the module docstring), its
-    stages added up by ``engine`` (llama.cpp's)."""
+    stages added up by ``engine`` (llama.cpp's); ``layout`` puts the layers and gives the rules,
+    ``unasked`` is the note for a command that places nothing."""
     q, notes = run_problem(p, args)
     dev = devices_of(q, args)
     if len(args.tensor_split) > len(dev.model):
@@ -58,7 +83,8 @@ def score(p: Problem, args: LlamaArgs, engine: Engine) -> Scored:
             f"-ts gives {len(args.tensor_split)} shares for the {len(dev.model)} GPU(s) the model runs on; "
             f"llama.cpp ignores the last {len(args.tensor_split) - len(dev.model)}"
         )
-    layers, output = layer_devices(q, args, dev)
+    layers, output, args, layout_notes = layout(q, args, dev)
+    notes += layout_notes
     q, host_compute, memory_notes = with_command_memory(q, args, dev, layers, output)
     c = Costs.of(q)
     placed, cpu_names, rule_notes = placed_bytes(q, c, args, dev, layers)
@@ -94,11 +120,8 @@ def score(p: Problem, args: LlamaArgs, engine: Engine) -> Scored:
     fit_off = any(
         w.split(" ")[0] in ("-fit", "--fit") and w.split(" ")[-1] in ("off", "0") for w in args.ignored
     )
-    if not (placed_by_user or fit_off or args.bench):
-        notes.append(
-            "recent llama.cpp builds fit memory by themselves (--fit, on by default) when no -ngl, -ts, -ot "
-            "or -ncmoe is given; this is the placement without it"
-        )
+    if not (placed_by_user or fit_off or args.bench) and unasked:
+        notes.append(unasked)
     if args.ignored:
         notes.append(f"not modelled: {' '.join(args.ignored)}")
     why = refusal(q, args)
