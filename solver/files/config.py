@@ -67,6 +67,11 @@ def _known_kv_type(name: str) -> str:
     return name
 
 
+def _on_off(value: object) -> object:
+    """``on``/``off`` as written, also when YAML 1.1 read them as booleans."""
+    return {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value
+
+
 KvType = Annotated[str, AfterValidator(_known_kv_type)]
 
 
@@ -129,6 +134,8 @@ class GpuConfig(_Strict):
     host: Name = "local"
     mem_bandwidth: Rate | None = None
     buffer: Size | None = None
+    pcie_bandwidth: Rate | None = None
+    matrix_tflops: PositiveMs | None = None
 
 
 class RigConfig(_Strict):
@@ -155,6 +162,11 @@ class RigConfig(_Strict):
     depth: Annotated[int, Field(ge=0, le=COUNT_MAX)] = 0
     kv_type: KvType | None = None
     gpu_memory_utilization: Share | None = None
+    n_ubatch: Annotated[int, Field(ge=1, le=COUNT_MAX)] = 512
+    flash_attn: Annotated[Literal["on", "off"], BeforeValidator(_on_off)] = "on"
+    prompt: Count = 2048
+    matrix_efficiency: Share | None = None
+    pcie_efficiency: Share | None = None
     gpus: Annotated[list[GpuConfig], Field(min_length=1)]
 
 
@@ -184,6 +196,8 @@ class ModelConfig(_Strict):
     vocab_size: Count | None = None
     embedding_bytes: Size = 0
     other_weight_bytes: Size = 0
+    expert_bits: PositiveMs | None = None
+    dense_bits: PositiveMs | None = None
 
 
 _MESSAGES = {"missing": "missing (required)"}

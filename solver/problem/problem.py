@@ -8,6 +8,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from fractions import Fraction
 from math import ceil
+from typing import Any
 
 import numpy as np
 
@@ -62,6 +63,8 @@ class Problem:
     kv_type            the KV cache type the engine runs (solver.files.kvcache); kv bytes are at it
     gguf, hf_model     what the engine's command loads, as the model file names it (None: unknown):
                        the GGUF file (a path from the working directory), the checkpoint or its id
+    prompt             llama.cpp's prompt-processing constants (solver.engines.llamacpp.prompt), None
+                       under the other engines
     nextn_layers       blocks the engine's file holds after the planned layers (MTP), placed on the
                        last device with the output
     unit_slot (U,)     llama.cpp's unit's position among its layer's tensors (the model's order)
@@ -114,6 +117,7 @@ class Problem:
     kv_type: str = DEFAULT_KV_TYPE
     gguf: str | None = None
     hf_model: str | None = None
+    prompt: Any = None
 
     @property
     def n_layers(self) -> int:

@@ -27,6 +27,7 @@ from solver.engines.export import (
 from solver.engines.export_hosts import llama_rpc_lines
 from solver.engines.llamacpp.args import LlamaArgs, parse_llama_args
 from solver.engines.llamacpp.layout import COMPUTE_BUFFER, N_UBATCH, free_memory_split
+from solver.engines.llamacpp.prompt import prompt_model
 from solver.engines.llamacpp.score import score
 from solver.engines.llamacpp.table import LlamaTable, cpu_moe_fill, stage_fill
 from solver.engines.llamacpp.tensors import Costs, llama_units
@@ -107,7 +108,10 @@ class LlamaCpp(BytesSpeed):
             "first_stage_bytes": model.first_stage_bytes - model.embedding_bytes,  # embeddings stay in RAM
         }
         return (
-            self.speed_fields(rig, model, experts) | units | memory | {"host_bandwidth": rig.host_bandwidth}
+            self.speed_fields(rig, model, experts)
+            | units
+            | memory
+            | {"host_bandwidth": rig.host_bandwidth, "prompt": prompt_model(rig, model, experts)}
         )
 
     def table(self, p: Problem) -> LlamaTable:
