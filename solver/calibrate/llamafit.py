@@ -23,6 +23,7 @@ from solver.calibrate.measured import Run
 from solver.calibrate.speedfit import CONSTANTS, Design, Fitted, fit, from_x, leave_one_out, sigma_of, to_x
 from solver.engines import REGISTRY, Engine, engine_named, engine_of
 from solver.engines.bandwidth import speed_of, with_constants
+from solver.engines.llamacpp.fields import LlamaFields
 from solver.errors import ArgsError, InputError
 from solver.files.config import ModelConfig, load_model, load_rig, relative_to, shown_path
 from solver.planning.resolve import Overrides, load_problem
@@ -110,7 +111,7 @@ def weights_of(p: Problem) -> np.ndarray:
     """The constants of ``p`` as the linear variables of solver.calibrate.speedfit, in CONSTANTS order."""
     sp = speed_of(p)
     values = {
-        "host_bandwidth": float(p.host_bandwidth or START_HOST_BANDWIDTH),
+        "host_bandwidth": float(LlamaFields.of(p).host_bandwidth or START_HOST_BANDWIDTH),
         "gpu_efficiency": sp.efficiency,
         "switch_ms": sp.switch_ms,
         "layer_overhead_ms": sp.overhead_ms,

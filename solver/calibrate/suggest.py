@@ -34,6 +34,7 @@ from solver.calibrate.llamafit import HINTS, _engine, load, score_run, weights_o
 from solver.calibrate.measured import Run
 from solver.calibrate.speedfit import CONSTANTS, MODEL_NOISE, Design, identify
 from solver.engines.base import Engine
+from solver.engines.llamacpp.fields import LlamaFields
 from solver.errors import ArgsError, InputError
 from solver.problem.problem import Problem
 
@@ -81,8 +82,9 @@ def memory_split(p: Problem, ncmoe: int, depth: int, cards: int, backwards: bool
     to front), the last the rest. The later cards get 0 (a ``-ts`` with a 0 leaves a card out)."""
     n = p.n_layers
     kv = p.kv_per_layer if p.kv_per_layer is not None else np.zeros(n, dtype=np.int64)
+    units = LlamaFields.of(p)
     experts = np.zeros(n, dtype=np.int64)
-    np.add.at(experts, p.unit_layer, p.unit_bytes)
+    np.add.at(experts, units.unit_layer, units.unit_bytes)
     need = p.layer_bytes - kv * p.context + kv * (N_GEN + depth) + np.where(np.arange(n) >= ncmoe, experts, 0)
     counts = [0] * p.n_gpus
     order = list(range(cards))[::-1] if backwards else list(range(cards))
@@ -124,11 +126,12 @@ def least_ncmoe(p: Problem, engine: Engine, depth: int, cards: int) -> int | Non
 def smallest_tensor(p: Problem, layers: list[int]) -> str | None:
     """The expert tensor with the fewest bytes over ``layers`` (a unit standing for several tensors
     offers its first), None when those layers hold no experts."""
-    mine = np.isin(p.unit_layer, layers)
+    units = LlamaFields.of(p)
+    mine = np.isin(units.unit_layer, layers)
     if not mine.any():
         return None
     totals: dict[str, int] = {}
-    for name, size in zip([p.unit_names[i][0] for i in np.flatnonzero(mine)], p.unit_bytes[mine]):
+    for name, size in zip([units.unit_names[i][0] for i in np.flatnonzero(mine)], units.unit_bytes[mine]):
         totals[name] = totals.get(name, 0) + int(size)
     return min(totals, key=lambda k: (totals[k], k))
 

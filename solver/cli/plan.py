@@ -247,7 +247,7 @@ def _sweep(
     """``--contexts``/``--kv-types``: plan every (context, KV type), one table (or a JSON list, or a
     plot of tokens/s against context); exits 3 when no point has a plan (2 for bad input, through the
     plan command's ``input_errors``)."""
-    from solver.report.contexts import print_sweep, sweep
+    from solver.report.contexts import beyond_warnings, print_sweep, sweep
     from solver.report.planview import to_json
 
     if plot:
@@ -270,6 +270,8 @@ def _sweep(
 
         plot_sweep(points, plot, shown_path(plot))
         click.echo(f"wrote {shown_path(plot)}", err=True)
+    for warning in beyond_warnings(points):
+        click.echo(warning, err=True)
     if as_json:
         click.echo(json.dumps(report, indent=2))
     else:

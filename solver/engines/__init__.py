@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from solver.engines.base import Engine, Shape, Table, Weights
+from solver.engines.base import Engine, Resolved, Shape, Table, Weights
 from solver.engines.export import Launch, Offload
 from solver.engines.export_hosts import Hosts
 from solver.engines.llamacpp import LlamaCpp
@@ -116,15 +116,16 @@ def plan_lines(p: Problem, plan: Placement, shell: str = DEFAULT_SHELL, fit_off:
     hosts = None
     if len(p.host_names) > 1:
         hosts = Hosts(tuple(p.host_names[h] for h in p.hosts), local=p.host_names[0])
+    engine = engine_of(p)
     return export_lines(
         p.engine,
         plan.gpus,
         plan.cuts,
         p.n_layers,
         offload,
-        extra_blocks=p.nextn_layers,
+        extra_blocks=engine.extra_blocks(p),
         hosts=hosts,
-        launch=Launch.of(p, fit_off),
+        launch=engine.launch(p, fit_off),
         shell=shell,
     )
 
@@ -134,6 +135,7 @@ __all__ = [
     "ENGINES",
     "REGISTRY",
     "Engine",
+    "Resolved",
     "Shape",
     "StageFill",
     "Table",

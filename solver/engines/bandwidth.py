@@ -9,18 +9,22 @@ For llama.cpp, vLLM and SGLang the GPU time of layer l on GPU g is
 and a GPU whose rig entry gives ``layer_ms`` keeps that figure per layer instead (a user's own
 measurement wins; its held experts then cost nothing more). The defaults of the effective constants
 come from public measurements: docs/reference.md, "Speed from bytes", gives each source.
+
+The fields this model reads (``BytesFields``: the resolved speed settings, dense bytes, active experts)
+live here because the three engines share them; each engine's own fields extend them.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
 from solver.engines.base import Engine, Required
 from solver.files.cards import DRIVER_MIB, Card, find_card
-from solver.problem.problem import Problem, Speed
+from solver.problem.problem import EngineFields, Problem
 from solver.units import per_layer
 
 if TYPE_CHECKING:
@@ -33,6 +37,47 @@ GPU_EFFICIENCY = 0.8
 LAYER_OVERHEAD_MS = 0.05
 #: One change of device along a token's path (CPU <-> GPU), ms.
 SWITCH_MS = 0.08
+
+
+@dataclass(frozen=True)
+class Speed:
+    """The rig's speed settings, resolved: per GPU (k,) and rig-wide.
+
+    bandwidth: bytes/s of each GPU (0 where its ``layer_ms`` is given instead); given: the GPU's own
+    ``layer_ms`` counts per layer.
+    """
+
+    bandwidth: np.ndarray
+    given: np.ndarray
+    efficiency: float
+    overhead_ms: float
+    switch_ms: float
+    depth: int
+
+
+@dataclass(frozen=True)
+class BytesFields(EngineFields):
+    """What the speed model reads, shared by the engines timed by bytes (llama.cpp, vLLM, SGLang).
+
+    speed: bandwidths and constants (None: every GPU's time per layer is its layer_ms); dense_bytes
+    (L,): the weights a token reads per layer besides experts; active_experts: the experts a token uses
+    per MoE layer.
+    """
+
+    speed: Speed | None = None
+    dense_bytes: np.ndarray | None = None
+    active_experts: int = 0
+
+    def at_host_bandwidth(self, rate: float) -> BytesFields:
+        """The fields with the CPU streaming host memory at ``rate`` bytes/s: unchanged where no
+        expert runs on the CPU."""
+        return self
+
+    def gpu_key(self, g: int) -> tuple:
+        """The GPU's bandwidth and whether its layer_ms is given."""
+        if self.speed is None:
+            return ()
+        return float(self.speed.bandwidth[g]), bool(self.speed.given[g])
 
 
 def gpu_bandwidth(gpu: GpuConfig) -> int | None:
@@ -91,19 +136,20 @@ def with_constants(
         switch_ms=sp.switch_ms if switch_ms is None else switch_ms,
         depth=sp.depth if depth is None else depth,
     )
-    change: dict = {"speed": speed}
-    if host_bandwidth is not None and p.host_bandwidth:
-        change["unit_ms"] = p.unit_ms * (p.host_bandwidth / host_bandwidth)
-        change["host_bandwidth"] = host_bandwidth
-    if handoff_ms is not None:
-        change["handoff_ms"] = handoff_ms
-    return dataclasses.replace(p, **change)
+    fields = BytesFields.of(p)
+    if host_bandwidth is not None:
+        fields = fields.at_host_bandwidth(host_bandwidth)
+    fields = dataclasses.replace(fields, speed=speed)
+    return dataclasses.replace(
+        p, engine_fields=fields, handoff_ms=p.handoff_ms if handoff_ms is None else handoff_ms
+    )
 
 
 def speed_of(p: Problem) -> Speed:
     """The problem's speed settings; a problem built without them times every GPU by its layer_ms."""
-    if p.speed is not None:
-        return p.speed
+    speed = BytesFields.of(p).speed
+    if speed is not None:
+        return speed
     k = p.n_gpus
     return Speed(np.zeros(k), np.ones(k, dtype=bool), 1.0, 0.0, 0.0, 0)
 
@@ -119,22 +165,31 @@ def dense_ms(p: Problem) -> np.ndarray:
     """GPU ms of each layer's reads other than experts, on each GPU, shape (L, k): the overhead plus
     dense and KV bytes over bandwidth, or ``layer_ms`` where the GPU gives it."""
     sp = speed_of(p)
-    dense = p.dense_bytes if p.dense_bytes is not None else np.zeros(p.n_layers, dtype=np.int64)
+    dense = dense_of(p)
     kv = p.kv_per_layer if p.kv_per_layer is not None else np.zeros(p.n_layers, dtype=np.int64)
     read = dense.astype(np.float64) + sp.depth * kv.astype(np.float64)
     ms = sp.overhead_ms + read[:, None] * per_byte_ms(p)[None, :]
     return np.where(sp.given[None, :], p.layer_ms[None, :], ms)
 
 
+def dense_of(p: Problem) -> np.ndarray:
+    """The weights a token reads per layer besides experts, shape (L,) (0 where unknown)."""
+    dense = BytesFields.of(p).dense_bytes
+    return dense if dense is not None else np.zeros(p.n_layers, dtype=np.int64)
+
+
 def all_held_ms(p: Problem) -> np.ndarray:
     """GPU ms of each layer with every expert held, shape (L, k)."""
-    share = p.active_experts / np.maximum(p.experts_per_layer, 1)
+    share = BytesFields.of(p).active_experts / np.maximum(p.experts_per_layer, 1)
     experts = (share * p.experts_per_layer * p.expert_bytes).astype(np.float64)
     return dense_ms(p) + experts[:, None] * per_byte_ms(p)[None, :]
 
 
 class BytesSpeed(Engine):
     """An engine whose GPU time is bytes over bandwidth (llama.cpp, vLLM, SGLang)."""
+
+    #: The speed model's constants (``resolve_speed``).
+    rig_keys: ClassVar[tuple[str, ...]] = ("gpu_efficiency", "layer_overhead_ms", "switch_ms", "depth")
 
     required: ClassVar[tuple[Required, ...]] = (
         Required(
@@ -162,9 +217,11 @@ class BytesSpeed(Engine):
                     f"{named}needs mem_bandwidth (the vendor's figure, e.g. '936 GB/s'), or layer_ms",
                 )
 
-    def speed_fields(self, rig: RigConfig, model: ModelConfig, experts: np.ndarray) -> dict:
-        """The Problem fields the speed model reads, and each GPU's time per layer with every expert
-        held, averaged over the layers (what the proportional split weighs GPUs by)."""
+    def speed_fields(
+        self, rig: RigConfig, model: ModelConfig, experts: np.ndarray
+    ) -> tuple[dict, list[float]]:
+        """``BytesFields``'s values (what the speed model reads), and each GPU's time per layer with every
+        expert held, averaged over the layers (what the proportional split weighs GPUs by)."""
         n = model.layers
         speed = resolve_speed(rig)
         dense = np.array(per_layer(model.dense_bytes, n), dtype=np.float64)
@@ -173,12 +230,12 @@ class BytesSpeed(Engine):
         rate = speed.bandwidth * speed.efficiency
         per_byte = np.where(speed.given | (rate <= 0), 0.0, 1000.0 / np.maximum(rate, 1e-300))
         mean = speed.overhead_ms + (dense + expert_read).mean() * per_byte
-        return {
+        fields = {
             "speed": speed,
             "dense_bytes": dense.astype(np.int64),
             "active_experts": model.active_experts or 0,
-            "layer_ms": [g.layer_ms if g.layer_ms is not None else float(m) for g, m in zip(rig.gpus, mean)],
         }
+        return fields, [g.layer_ms if g.layer_ms is not None else float(m) for g, m in zip(rig.gpus, mean)]
 
     def slowest_gpu_ms(self, p: Problem) -> float:
         return float(all_held_ms(p).sum(axis=0).max(initial=0.0))

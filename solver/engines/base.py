@@ -11,24 +11,27 @@ Each engine turns a Problem into a ``Table`` over every (GPU g, layers [a, b)):
 ``stage_fill(p, g, a, b)`` gives one stage's fill straight from the definition (solver.problem.placement's
 ``StageFill``), which the tests hold the table to; ``evaluate`` builds a whole placement from those
 fills and the engine's ``totals``. Besides the arithmetic, an engine names the
-keys it needs, its default placement, its report columns and JSON keys, and its export. Everything
-else in moesplit asks the engine object, never the engine's name.
+keys it needs, its default placement, its report columns and JSON keys, and its export. It also builds
+its own fields of the problem (``resolve_fields``: a subclass of solver.problem.problem.EngineFields
+kept beside the engine, with what the engine changes of the shared arrays). Everything else in
+moesplit asks the engine object, never the engine's name.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
 import numpy as np
 
+from solver.engines.export import Launch
 from solver.errors import ArgsError
 from solver.problem.placement import Placement, Stage, StageFill, handoffs_ms
-from solver.problem.problem import Problem
+from solver.problem.problem import EngineFields, Problem
 
 if TYPE_CHECKING:
-    from solver.engines.export import Launch, Line, Offload
+    from solver.engines.export import Line, Offload
     from solver.engines.export_hosts import Hosts
     from solver.files.config import ModelConfig, RigConfig
     from solver.files.yamlfile import YamlDoc
@@ -103,6 +106,20 @@ class Required:
     when: Callable[[RigConfig], bool] | None = None
 
 
+@dataclass(frozen=True)
+class Resolved:
+    """What an engine makes of a rig and model: its own fields of the problem, and where it differs
+    from the files on the shared arrays: each GPU's buffers (None: none beyond the rig's), its time per
+    layer (None: the rig's ``layer_ms`` or Strata's estimate), the first stage's bytes (None: the
+    model's) and bytes the last stage holds beyond the model's."""
+
+    fields: EngineFields = field(default_factory=EngineFields)
+    buffers: list[int] | None = None
+    layer_ms: list[float] | None = None
+    first_stage_bytes: int | None = None
+    last_stage_extra: int = 0
+
+
 StageCell = Callable[["Stage"], str]
 PlanCell = Callable[["Placement"], str]
 
@@ -137,7 +154,9 @@ class Engine:
     miss_label: ClassVar[str] = "misses"
     #: What the engine does, in a few words (rig files written for it say so).
     note: ClassVar[str] = ""
-    #: Rig-wide keys the engine reads besides the common ones (``rig new`` writes only these).
+    #: Rig-wide keys the engine reads besides the common ones (``rig new`` writes only these). The rig
+    #: file keeps them flat beside the common keys (solver.files.config.RigConfig gives their types);
+    #: the engine reads them in ``resolve_fields`` and checks them in ``required`` and ``check_gpus``.
     rig_keys: ClassVar[tuple[str, ...]] = ()
     #: The GPU keys that give the engine a card's speed.
     speed_keys: ClassVar[tuple[str, ...]] = ("mem_bandwidth",)
@@ -160,9 +179,9 @@ class Engine:
         """More than any stage's GPU time can be, in ms (bounds the integer scale)."""
         return float(p.layer_ms.max(initial=0.0)) * p.n_layers
 
-    def problem_fields(self, rig: RigConfig, model: ModelConfig, experts: np.ndarray) -> dict:
-        """Extra Problem fields the engine's arithmetic reads."""
-        return {}
+    def resolve_fields(self, rig: RigConfig, model: ModelConfig, experts: np.ndarray) -> Resolved:
+        """The engine's own fields of the problem, from the rig and model (``experts``: per layer)."""
+        return Resolved()
 
     def table(self, p: Problem) -> Table:
         """The (GPU, range) table of rooms and weights."""
@@ -222,6 +241,15 @@ class Engine:
     def plan_json(self, plan: Placement | None) -> dict:
         """Engine keys of the whole plan in the JSON report."""
         return {}
+
+    def launch(self, p: Problem, fit_off: bool = False) -> Launch:
+        """What the engine's command for a plan of ``p`` loads and assumes: the context and KV cache
+        type (an engine whose command loads a model file names it too)."""
+        return Launch(context=p.context, kv_type=p.kv_type, fit_off=fit_off)
+
+    def extra_blocks(self, p: Problem) -> int:
+        """Blocks the engine's model file holds after the planned layers (its export places them)."""
+        return 0
 
     def export(self, plan: Shape) -> list[Line]:
         """The lines that make the engine run the plan (solver.engines.shells writes them for a shell);

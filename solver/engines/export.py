@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from solver.files.kvcache import DEFAULT_KV_TYPE
 
 if TYPE_CHECKING:
-    from solver.problem.problem import Problem
+    pass
 
 # llama.cpp refuses a --tensor-split with llama_max_devices() (16) entries or more (common/arg.cpp).
 LLAMA_MAX_SPLITS = 15
@@ -85,11 +85,6 @@ class Launch:
     context: int = 0
     kv_type: str = DEFAULT_KV_TYPE
     fit_off: bool = False
-
-    @classmethod
-    def of(cls, p: Problem, fit_off: bool = False) -> Launch:
-        """What the plan of ``p`` assumed: its model files, context and KV cache type."""
-        return cls(gguf=p.gguf, hf_model=p.hf_model, context=p.context, kv_type=p.kv_type, fit_off=fit_off)
 
 
 @dataclass(frozen=True)

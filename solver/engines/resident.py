@@ -3,18 +3,23 @@
 A range fits a GPU only when its room holds every expert of its layers as well. What is left, over
 the KV bytes one token costs the stage's layers, is the stage's spare KV in tokens; the engine sizes
 every stage's KV cache to the smallest, so a plan's spare KV is the minimum over its stages.
+
+Their own fields of the problem (``ResidentFields``) are the speed model's and the checkpoint their
+command loads; the memory each card keeps from the KV cache (the rig's ``gpu_memory_utilization``)
+goes into the shared ``reserve``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from itertools import groupby, permutations, product
 from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
-from solver.engines.bandwidth import BytesSpeed, all_held_ms
-from solver.engines.base import Orders, PlanCell, Shape, StageCell, Weights, ms, tokens
+from solver.engines.bandwidth import BytesFields, BytesSpeed, all_held_ms
+from solver.engines.base import Orders, PlanCell, Resolved, Shape, StageCell, Weights, ms, tokens
 from solver.engines.export import Command, context_flag, device_order, joined, placeholder, stage_sizes
 from solver.engines.export_hosts import sglang_node_lines, vllm_ray_lines
 from solver.engines.stageargs import StageArgs, layers_per_stage, parse_stage_args, score_stages
@@ -26,11 +31,19 @@ from solver.problem.scales import SPARE_UNLIMITED
 from solver.units import format_size
 
 if TYPE_CHECKING:
-    from solver.engines.export import Line
+    from solver.engines.export import Launch, Line
     from solver.engines.export_hosts import Hosts
     from solver.files.config import ModelConfig, RigConfig
     from solver.problem.problem import Problem
     from solver.problem.scored import Scored
+
+
+@dataclass(frozen=True)
+class ResidentFields(BytesFields):
+    """hf_model: the checkpoint directory (a path from the working directory) or Hugging Face id the
+    command serves (None: unknown)."""
+
+    hf_model: str | None = None
 
 
 def kv_prefix(p: Problem) -> np.ndarray:
@@ -116,6 +129,7 @@ class Resident(BytesSpeed):
     """Every weight resident on its stage's GPU; the KV cache takes what is left."""
 
     holds = "weights, every expert, session"
+    rig_keys = (*BytesSpeed.rig_keys, "gpu_memory_utilization")
     note = "every weight in VRAM, one pipeline stage per GPU"
     #: The environment variable that takes the layers per stage.
     partition_env: ClassVar[str]
@@ -132,13 +146,19 @@ class Resident(BytesSpeed):
     ]
     sweep: ClassVar[list[tuple[str, PlanCell]]] = [("spare KV", lambda q: tokens(q.spare_tokens))]
 
-    def problem_fields(self, rig: RigConfig, model: ModelConfig, experts: np.ndarray) -> dict:
-        """The speed model's fields, and each card's memory the engine keeps from its KV cache: what
-        ``gpu_memory_utilization`` leaves of the card's total, and the activations of its profiling run."""
+    def resolve_fields(self, rig: RigConfig, model: ModelConfig, experts: np.ndarray) -> Resolved:
+        """The speed model's fields and the model's checkpoint, and each card's memory the engine keeps
+        from its KV cache: what ``gpu_memory_utilization`` leaves of the card's total, and the
+        activations of its profiling run."""
         util = GPU_MEMORY_UTILIZATION if rig.gpu_memory_utilization is None else rig.gpu_memory_utilization
         total = [g.free + DRIVER_MIB * 2**20 for g in rig.gpus]
         buffers = [int((1 - util) * t) + ACTIVATIONS for t in total]
-        return self.speed_fields(rig, model, experts) | {"buffers": buffers}
+        speed, layer_ms = self.speed_fields(rig, model, experts)
+        return Resolved(ResidentFields(**speed, hf_model=model.hf_model), buffers=buffers, layer_ms=layer_ms)
+
+    def launch(self, p: Problem, fit_off: bool = False) -> Launch:
+        """The checkpoint, with the context and KV cache type."""
+        return dataclasses.replace(super().launch(p, fit_off), hf_model=ResidentFields.of(p).hf_model)
 
     def table(self, p: Problem) -> ResidentTable:
         return ResidentTable.build(p)

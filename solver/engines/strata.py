@@ -1,4 +1,7 @@
-"""Strata: a per-expert VRAM cache walked in profile order; a miss costs miss_ms per unit mass."""
+"""Strata: a per-expert VRAM cache walked in profile order; a miss costs miss_ms per unit mass.
+
+The miss cost is Strata's own field of the problem (``StrataFields``), from the rig's ``miss_ms``.
+"""
 
 from __future__ import annotations
 
@@ -7,19 +10,32 @@ from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
-from solver.engines.base import Engine, PlanCell, Shape, StageCell, Weights, ms
+from solver.engines.base import Engine, PlanCell, Resolved, Shape, StageCell, Weights, ms
 from solver.engines.export import Comment, Flags, Line, SetEnv, Text, device_order, joined
 from solver.engines.stageargs import StageArgs, layers_per_stage, parse_stage_args, score_stages
 from solver.problem.placement import StageFill
+from solver.problem.problem import EngineFields
 from solver.problem.rangewalk import RangeWalk, expert_prefix, need_table, walk_range, walk_table
 from solver.problem.scales import MASS_SCALE, SPARE_UNLIMITED
 from solver.units import format_size
 
 if TYPE_CHECKING:
-    from solver.files.config import RigConfig
+    from solver.files.config import ModelConfig, RigConfig
     from solver.files.yamlfile import YamlDoc
     from solver.problem.problem import Problem
     from solver.problem.scored import Scored
+
+
+@dataclass(frozen=True)
+class StrataFields(EngineFields):
+    """miss_ms: what fetching the whole routed mass from host memory costs a token, ms."""
+
+    miss_ms: float = 190.0
+
+
+def miss_ms(p: Problem) -> float:
+    """The problem's miss cost (the default one for a problem built without Strata's fields)."""
+    return StrataFields.of(p).miss_ms
 
 
 @dataclass(frozen=True)
@@ -38,7 +54,7 @@ class StrataTable:
 
     def weigh(self, g: np.ndarray, a: np.ndarray, b: np.ndarray, scale: int, mass: bool) -> Weights:
         p, n = self.p, self.p.n_layers
-        miss_units = np.rint(p.miss_ms * p.mass * scale).astype(np.int64)
+        miss_units = np.rint(miss_ms(p) * p.mass * scale).astype(np.int64)
         saved = self.walk.held_sum(miss_units)[g, a, b]
         by_layer = np.zeros(n, dtype=np.int64)
         np.add.at(by_layer, p.pair_layer, miss_units)
@@ -58,7 +74,7 @@ class StrataTable:
         )
 
     def const_units(self, scale: int) -> int:
-        return round(self.p.miss_ms * scale)
+        return round(miss_ms(self.p) * scale)
 
 
 def stage_fill(p: Problem, g: int, a: int, b: int) -> StageFill:
@@ -73,7 +89,7 @@ def stage_fill(p: Problem, g: int, a: int, b: int) -> StageFill:
         held=w.n_held,
         visible=len(w.visible),
         held_mass=held_mass,
-        miss_ms=p.miss_ms * (float(p.mass[w.visible].sum()) - held_mass),
+        miss_ms=miss_ms(p) * (float(p.mass[w.visible].sum()) - held_mass),
         host_bytes=int(experts[b] - experts[a]) - cache,
         fits=w.room >= 0,
     )
@@ -117,12 +133,15 @@ class Strata(Engine):
     def stage_fill(self, p: Problem, g: int, a: int, b: int) -> StageFill:
         return stage_fill(p, g, a, b)
 
+    def resolve_fields(self, rig: RigConfig, model: ModelConfig, experts: np.ndarray) -> Resolved:
+        return Resolved(StrataFields(miss_ms=rig.miss_ms))
+
     def miss_total_ms(self, p: Problem) -> float:
-        return p.miss_ms
+        return miss_ms(p)
 
     def totals(self, p: Problem, fills: list[StageFill], compute_ms: float) -> tuple[float, float]:
         held = float(np.sum([f.held_mass for f in fills]))
-        return compute_ms + p.miss_ms * (1.0 - held), held
+        return compute_ms + miss_ms(p) * (1.0 - held), held
 
     def export(self, plan: Shape) -> list[Line]:
         """``--layer-split CUTS`` for the engine's command and its JSON config line."""

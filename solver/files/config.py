@@ -139,34 +139,40 @@ class GpuConfig(_Strict):
 
 
 class RigConfig(_Strict):
-    """A rig file: the GPUs in pipeline order and the run's settings."""
+    """A rig file: the GPUs in pipeline order and the run's settings.
+
+    The keys stay flat, one schema for every engine (a rig planned with ``--engine`` keeps its file;
+    the order is the one an unknown key's hint lists them in). A key only some engines read (marked
+    with the engines) belongs to those engines: they name it in their ``rig_keys``, read it when they
+    build their own fields and check it (solver.engines); here are only its type and bounds.
+    """
 
     name: Name | None = None
     model: FilePath | None = None
     context: Annotated[int, Field(ge=0)] = 0
-    miss_ms: NonNegMs = 190.0
+    miss_ms: NonNegMs = 190.0  # strata
     handoff_ms: NonNegMs = 0.0
     first_stage_min_layers: Count = 1
     order: Literal["as-given", "auto"] = "as-given"
     objective: Literal["time", "mass", "throughput"] = "time"
     engine: EngineName = DEFAULT_ENGINE
-    host_bandwidth: Rate | None = None
-    host_memory: Size | None = None
+    host_bandwidth: Rate | None = None  # llama.cpp
+    host_memory: Size | None = None  # strata, llama.cpp
     network_handoff_ms: NonNegMs | None = None
     idle_gpus: bool = False
     gpu_efficiency: (
         Annotated[float, BeforeValidator(_yaml12_float), Field(gt=0, le=1, allow_inf_nan=False)] | None
-    ) = None
-    layer_overhead_ms: NonNegMs | None = None
-    switch_ms: NonNegMs | None = None
-    depth: Annotated[int, Field(ge=0, le=COUNT_MAX)] = 0
+    ) = None  # speed from bytes
+    layer_overhead_ms: NonNegMs | None = None  # speed from bytes
+    switch_ms: NonNegMs | None = None  # speed from bytes
+    depth: Annotated[int, Field(ge=0, le=COUNT_MAX)] = 0  # speed from bytes
     kv_type: KvType | None = None
-    gpu_memory_utilization: Share | None = None
+    gpu_memory_utilization: Share | None = None  # vllm, sglang
     n_ubatch: Annotated[int, Field(ge=1, le=COUNT_MAX)] = 512
     flash_attn: Annotated[Literal["on", "off"], BeforeValidator(_on_off)] = "on"
-    prompt: Count = 2048
-    matrix_efficiency: Share | None = None
-    pcie_efficiency: Share | None = None
+    prompt: Count = 2048  # llama.cpp
+    matrix_efficiency: Share | None = None  # llama.cpp
+    pcie_efficiency: Share | None = None  # llama.cpp
     gpus: Annotated[list[GpuConfig], Field(min_length=1)]
 
 

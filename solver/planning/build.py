@@ -144,7 +144,7 @@ def _twins(p: Problem) -> list[tuple[int, int]]:
             int(p.min_layers[g]),
             int(p.max_layers[g]),
             int(p.hosts[g]),
-            *(() if p.speed is None else (float(p.speed.bandwidth[g]), bool(p.speed.given[g]))),
+            *p.engine_fields.gpu_key(g),
         )
         for g in range(p.n_gpus)
     ]

@@ -1,5 +1,6 @@
 """Files -> one resolved Problem: a rig, its model and profile (or the command line's), checked against
-the engine the rig names and combined into plain arrays (solver.problem.problem)."""
+the engine the rig names and combined into plain arrays (solver.problem.problem). The shared arrays are
+built here; the engine builds its own fields (``Engine.resolve_fields``)."""
 
 from __future__ import annotations
 
@@ -89,12 +90,10 @@ def resolve(
             f"the model's sizes add up to {total} bytes at a context of {context}, "
             f"beyond the 2^62 bytes moesplit plans in",
         )
-    extra = engine_named(rig.engine).problem_fields(rig, model, experts)
+    own = engine_named(rig.engine).resolve_fields(rig, model, experts)
     gpus = rig.gpus
-    buffer = [
-        g.buffer if g.buffer is not None else b for g, b in zip(gpus, extra.pop("buffers", [0] * len(gpus)))
-    ]
-    layer_ms = extra.pop("layer_ms", None) or [
+    buffer = [g.buffer if g.buffer is not None else b for g, b in zip(gpus, own.buffers or [0] * len(gpus))]
+    layer_ms = own.layer_ms or [
         g.layer_ms if g.layer_ms is not None else estimate_layer_ms(g.sms, g.clock_ghz) for g in gpus
     ]
     p = Problem(
@@ -112,10 +111,9 @@ def resolve(
         max_layers=np.array([min(g.max_layers or n, n) for g in gpus], dtype=np.int64),
         gpu_names=[g.name if g.name is not None else f"GPU {i}" for i, g in enumerate(gpus)],
         stage_bytes=model.stage_bytes,
-        first_stage_bytes=extra.pop("first_stage_bytes", model.first_stage_bytes),
-        last_stage_bytes=model.last_stage_bytes + extra.pop("last_stage_extra", 0),
+        first_stage_bytes=model.first_stage_bytes if own.first_stage_bytes is None else own.first_stage_bytes,
+        last_stage_bytes=model.last_stage_bytes + own.last_stage_extra,
         first_stage_min_layers=rig.first_stage_min_layers,
-        miss_ms=rig.miss_ms,
         handoff_ms=rig.handoff_ms,
         network_handoff_ms=rig.network_handoff_ms,
         idle_gpus=rig.idle_gpus,
@@ -127,12 +125,9 @@ def resolve(
         experts=experts,
         host_memory=rig.host_memory,
         engine=rig.engine,
+        engine_fields=own.fields,
         kv_per_layer=np.array(kv_per_layer_of(model), dtype=np.int64),
-        nextn_layers=model.nextn_layers,
         kv_type=model.kv_type,
-        gguf=model.gguf,
-        hf_model=model.hf_model,
-        **extra,
     )
     _check_scales(p, files.get("rig", rig_name))
     return p

@@ -1,6 +1,12 @@
 """The resolved problem: plain numpy arrays of layer bytes, rooms, speeds and masses (solver.planning.resolve
 builds one from files); the per-layer byte rules it is built by, and the same problem at another
-context."""
+context.
+
+The arrays here are the ones every engine's arithmetic, the solvers' tables and the reports read. What
+only one engine reads (Strata's miss cost, llama.cpp's expert tensors, the speed-from-bytes constants)
+is that engine's ``EngineFields`` subclass, defined beside the engine and built by it
+(``Engine.resolve_fields``), reached through ``Problem.engine_fields``: a new engine adds its own
+fields without touching this module."""
 
 from __future__ import annotations
 
@@ -8,7 +14,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from fractions import Fraction
 from math import ceil
-from typing import Any
+from typing import TypeVar
 
 import numpy as np
 
@@ -25,20 +31,23 @@ def estimate_layer_ms(sms: int, clock_ghz: float) -> float:
     return REFERENCE_LAYER_MS * (REFERENCE_SMS * REFERENCE_GHZ) / max(1.0, sms * clock_ghz)
 
 
+F = TypeVar("F", bound="EngineFields")
+
+
 @dataclass(frozen=True)
-class Speed:
-    """The rig's speed settings, resolved (solver.engines.bandwidth): per GPU (k,) and rig-wide.
+class EngineFields:
+    """What one engine's arithmetic reads beyond the problem's shared arrays; each engine subclasses it
+    beside its own rules (a problem built as bare arrays carries this empty base, and each engine's
+    fields their defaults)."""
 
-    bandwidth: bytes/s of each GPU (0 where its ``layer_ms`` is given instead); given: the GPU's own
-    ``layer_ms`` counts per layer.
-    """
+    @classmethod
+    def of(cls: type[F], p: Problem) -> F:
+        """The problem's fields of this kind, or their defaults when it carries none."""
+        return p.engine_fields if isinstance(p.engine_fields, cls) else cls()
 
-    bandwidth: np.ndarray
-    given: np.ndarray
-    efficiency: float
-    overhead_ms: float
-    switch_ms: float
-    depth: int
+    def gpu_key(self, g: int) -> tuple:
+        """What, besides the shared arrays, tells GPU g apart from an otherwise identical one."""
+        return ()
 
 
 @dataclass(frozen=True)
@@ -50,24 +59,14 @@ class Problem:
     experts (L,)       routed experts per layer (None: the profile's pairs per layer)
     host_memory        bytes of host RAM for the experts no GPU holds (None: no limit)
     engine             strata | llama.cpp | vllm | sglang (solver.engines)
-    kv_per_layer (L,)  KV bytes one token costs each layer (resident engines' spare KV)
-    unit_* (U,)        llama.cpp's expert tensors by layer, then the model's tensor order: layer,
-                       bytes, CPU ms per window, tensor names
+    engine_fields      what only that engine reads (its EngineFields subclass, beside the engine)
+    kv_per_layer (L,)  KV bytes one token costs each layer: a context changes every engine's layer
+                       bytes by it (``at_context``); the resident engines' spare KV and the speed model
+                       read it too
     gpu_host (k,)      index into host_names of each GPU's machine (None: all on one); a boundary
                        between hosts costs network_handoff_ms (None: handoff_ms), within one handoff_ms
     idle_gpus          the plan may leave GPUs out
-    speed              bandwidths and constants of the speed-from-bytes engines (None: every GPU's
-                       time per layer is its layer_ms); dense_bytes (L,) the weights a token reads per
-                       layer besides experts; active_experts the experts a token uses per MoE layer
-    host_bandwidth     bytes/s the CPU streams experts kept in host memory at (llama.cpp's unit_ms)
     kv_type            the KV cache type the engine runs (solver.files.kvcache); kv bytes are at it
-    gguf, hf_model     what the engine's command loads, as the model file names it (None: unknown):
-                       the GGUF file (a path from the working directory), the checkpoint or its id
-    prompt             llama.cpp's prompt-processing constants (solver.engines.llamacpp.prompt), None
-                       under the other engines
-    nextn_layers       blocks the engine's file holds after the planned layers (MTP), placed on the
-                       last device with the output
-    unit_slot (U,)     llama.cpp's unit's position among its layer's tensors (the model's order)
     pair_layer (N,)    layer of rank r; pair_bytes (N,) its cached size; mass (N,) its routed mass
     free, reserve (k,) bytes (reserve: the rig's plus the engine's own buffers on the card)
     layer_ms (k,) ms per layer; min_layers, max_layers (k,)
@@ -90,7 +89,6 @@ class Problem:
     first_stage_bytes: int = 0
     last_stage_bytes: int = 0
     first_stage_min_layers: int = 1
-    miss_ms: float = 190.0
     handoff_ms: float = 0.0
     order: str = "as-given"
     objective: str = "time"
@@ -99,25 +97,13 @@ class Problem:
     experts: np.ndarray | None = None
     host_memory: int | None = None
     engine: str = DEFAULT_ENGINE
+    engine_fields: EngineFields = field(default_factory=EngineFields)
     kv_per_layer: np.ndarray | None = None
-    unit_layer: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    unit_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    unit_ms: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float64))
-    unit_names: list[tuple[str, ...]] = field(default_factory=list)
     gpu_host: np.ndarray | None = None
     host_names: list[str] = field(default_factory=lambda: ["local"])
     network_handoff_ms: float | None = None
     idle_gpus: bool = False
-    speed: Speed | None = None
-    dense_bytes: np.ndarray | None = None
-    active_experts: int = 0
-    unit_slot: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    nextn_layers: int = 0
-    host_bandwidth: int | None = None
     kv_type: str = DEFAULT_KV_TYPE
-    gguf: str | None = None
-    hf_model: str | None = None
-    prompt: Any = None
 
     @property
     def n_layers(self) -> int:

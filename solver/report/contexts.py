@@ -4,6 +4,11 @@ A longer context takes VRAM the experts (or, for vLLM and SGLang, the spare KV) 
 costs speed; a quantised KV cache gives some back. Each (context, KV type) is planned as its own
 problem, exactly as ``solve RIG --context N --kv-type T`` would plan it, and the plans are set side by
 side: tokens per second, the engine's default beside it, and what moved to the CPU or is left over.
+
+A context beyond the model's ``max_context`` is planned as given, as ``--context`` plans it, with a
+warning and a mark in the table and the plot. Every speed is at the rig's decode ``depth`` (the tokens
+already in the KV cache, 0 unless the rig says), not with the context full, and the table and the plot
+say so: a context costs VRAM here, not time per token.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ from rich.console import Console
 from rich.table import Table
 
 from solver.engines import engine_of
+from solver.engines.bandwidth import speed_of
+from solver.files.config import load_model
 from solver.files.console import fit_names, print_lines
 from solver.files.kvcache import KV_TYPES
 from solver.planning.planner import Result, plan_rig
@@ -80,6 +87,50 @@ def sweep(
     return points
 
 
+@dataclass(frozen=True)
+class ModelLimit:
+    """The model's ``max_context`` and where its file says it (None: the file gives none)."""
+
+    tokens: int | None
+    where: str
+
+
+def model_limit(points: list[Point]) -> ModelLimit:
+    """The longest context the sweep's model supports, read from its file."""
+    path = Path(points[0].result.problem.files["model"])
+    model, doc = load_model(path)
+    line = doc.line(("max_context",)) if model.max_context is not None else None
+    return ModelLimit(model.max_context, f"{doc.file}:{line}" if line else doc.file)
+
+
+def beyond(limit: ModelLimit, context: int) -> bool:
+    """Whether ``context`` is longer than the model supports."""
+    return limit.tokens is not None and context > limit.tokens
+
+
+def beyond_warnings(points: list[Point]) -> list[str]:
+    """One warning per context beyond the model's ``max_context`` (each once, whatever its KV types)."""
+    limit = model_limit(points)
+    contexts = dict.fromkeys(pt.context for pt in points if beyond(limit, pt.context))
+    return [
+        f"--contexts: {c:,} tokens ({short_context(c)}) is beyond the {limit.tokens:,} tokens the model "
+        f"supports ({limit.where}); planned as given"
+        for c in contexts
+    ]
+
+
+def depth_of(points: list[Point]) -> int:
+    """The tokens in the KV cache every point's speed is predicted at: the rig's ``depth``."""
+    return speed_of(points[0].result.problem).depth
+
+
+def depth_note(points: list[Point]) -> str:
+    """What the speeds assume about the KV cache, said once under the table and on the plot."""
+    depth = depth_of(points)
+    at = "an empty KV cache" if depth == 0 else f"{depth:,} tokens in the KV cache"
+    return f"tokens/s at {at} (the rig's depth), not with the context full"
+
+
 def _tokens(r: Result) -> str:
     return f"{r.plan.tokens_per_s:.2f}" if r.plan else "-"
 
@@ -102,10 +153,12 @@ def sweep_table(points: list[Point]) -> Table:
     for h in headers:
         t.add_column(h, justify="left" if h in ("context", "KV") else "right", no_wrap=True)
     t.add_column("cuts", no_wrap=False)
+    limit = model_limit(points)
     for pt in points:
         r = pt.result
         plan = r.plan
-        row = [short_context(pt.context), pt.kv_type, _tokens(r), _default(r)]
+        mark = "*" if beyond(limit, pt.context) else ""
+        row = [short_context(pt.context) + mark, pt.kv_type, _tokens(r), _default(r)]
         row.append(f"{plan.window_ms:.2f}" if plan else "-")
         row += [cell(plan) if plan else "-" for _, cell in engine.sweep]
         row.append(", ".join(map(str, plan.cuts)) if plan else f"no plan: {r.status}")
@@ -119,6 +172,10 @@ def print_sweep(points: list[Point], console: Console) -> None:
     default = points[0].result.compared.name
     title = f"{p.rig}: {p.model}, {p.n_layers} layers on {p.n_gpus} GPUs, engine {p.engine}"
     notes = [f"{default} tokens/s: what `solve RIG` sets the plan beside ('no fit': it does not fit)"]
+    notes.append(depth_note(points))
+    limit = model_limit(points)
+    if any(beyond(limit, pt.context) for pt in points):
+        notes.append(f"*: beyond the {limit.tokens:,} tokens the model supports; planned as given")
     for pt in points:
         if pt.result.plan is None:
             notes.append(f"{short_context(pt.context)} {pt.kv_type}: {pt.result.reason}")

@@ -25,7 +25,7 @@ from solver.files.atomicfile import atomic_open
 from solver.planning.planner import Result
 from solver.problem.placement import Placement, Stage
 from solver.problem.problem import Problem
-from solver.report.contexts import Point, short_context
+from solver.report.contexts import Point, depth_note, model_limit, short_context
 
 #: Binary units for the VRAM axis, largest first; the plot uses the largest that fits the biggest card.
 UNITS = (("GiB", 2.0**30), ("MiB", 2.0**20), ("KiB", 2.0**10), ("B", 1.0))
@@ -318,11 +318,17 @@ def plot_sweep(points: list[Point], path: Path, shown: str) -> None:
         if base:
             ax.plot(*zip(*base), "x--", color=colour, alpha=0.7, label=f"{default}, {kv} KV cache")
     contexts = sorted({pt.context for pt in points if pt.context > 0})
+    limit = model_limit(points)
+    if limit.tokens is not None and contexts and contexts[-1] > limit.tokens:
+        ax.axvspan(limit.tokens, contexts[-1] * 1.1, color="#D55E00", alpha=0.12, lw=0)
+        ax.axvline(limit.tokens, color="#D55E00", lw=1, ls=":")
+        label = f" beyond max_context ({short_context(limit.tokens)})"
+        ax.text(limit.tokens, 0.02, label, transform=ax.get_xaxis_transform(), fontsize=8, color="#D55E00")
     if contexts and contexts[-1] > 2 * contexts[0]:
         ax.set_xscale("log", base=2)
     ax.set_xticks(contexts, [short_context(c) for c in contexts])
     ax.set_ylim(bottom=0)
-    ax.set_xlabel("context (tokens of KV cache)")
+    ax.set_xlabel(f"context (tokens of KV cache); {depth_note(points)}")
     ax.set_ylabel("tokens per second (predicted)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)

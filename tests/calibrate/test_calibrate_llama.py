@@ -306,7 +306,7 @@ def test_write_keeps_the_rig_and_names_the_source(tmp_path: Path) -> None:
     assert again.exit_code == 0 and [x for x in lines if x.startswith("host_bandwidth:")] == [
         next(x for x in text.splitlines() if x.startswith("host_bandwidth:"))
     ]
-    assert load_problem(rig).host_bandwidth == 61 * 10**9
+    assert load_problem(rig).engine_fields.host_bandwidth == 61 * 10**9
 
 
 def test_write_elsewhere_keeps_the_model_reachable(tmp_path: Path) -> None:
@@ -321,7 +321,7 @@ def test_write_elsewhere_keeps_the_model_reachable(tmp_path: Path) -> None:
     result = cli_run(rig, "--llama-bench", runs, "--write", out)
     assert result.exit_code == 0, result.output
     assert 'model: "../a/model.yaml"' in out.read_text()
-    assert load_problem(out).host_bandwidth == load_rig(out, REGISTRY)[0].host_bandwidth
+    assert load_problem(out).engine_fields.host_bandwidth == load_rig(out, REGISTRY)[0].host_bandwidth
     assert rig.read_text() == RIG.format(model="model.yaml", gpus=GPU_5080)  # the source rig untouched
 
 

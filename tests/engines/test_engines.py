@@ -21,7 +21,7 @@ from solver.solvers import plan_arcs
 from solver.solvers.cpsat import solve_cpsat
 from solver.solvers.exhaustive import solve_exhaustive
 from solver.solvers.route import exact_dp
-from tests.helpers.enginefactory import random_engine_problem
+from tests.helpers.enginefactory import random_engine_problem, with_engine_fields
 from tests.helpers.tiers import examples
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,20 +39,27 @@ def _best_by_brute_force(p, g: int, a: int, b: int) -> tuple[float, list[int]] |
         return None
     per_byte = per_byte_ms(p)[g]
     dense = float(dense_ms(p)[a:b, g].sum())
-    units = [u for u in range(len(p.unit_layer)) if a <= p.unit_layer[u] < b]
+    units = [u for u in range(len(p.engine_fields.unit_layer)) if a <= p.engine_fields.unit_layer[u] < b]
     remote = len(p.host_names) > 1 and p.hosts[g] != 0  # experts on the main host's CPU: hop there and back
-    switch = 2 * p.speed.switch_ms + (2 * p.network_ms if remote else 0.0)
+    switch = 2 * p.engine_fields.speed.switch_ms + (2 * p.network_ms if remote else 0.0)
     best = None
     for r in range(len(units) + 1):
         for held in itertools.combinations(units, r):
-            size = sum(int(p.unit_bytes[u]) for u in held)
+            size = sum(int(p.engine_fields.unit_bytes[u]) for u in held)
             if size > room:
                 continue
             cpu = [u for u in units if u not in held]
-            share = [p.active_experts / p.experts_per_layer[p.unit_layer[u]] for u in held]
-            ms = dense + sum(s * int(p.unit_bytes[u]) * per_byte for s, u in zip(share, held))
-            ms += sum(float(p.unit_ms[u]) for u in cpu) + switch * len({int(p.unit_layer[u]) for u in cpu})
-            order = sorted((int(p.unit_layer[u]), int(p.unit_slot[u])) for u in cpu)
+            share = [
+                p.engine_fields.active_experts / p.experts_per_layer[p.engine_fields.unit_layer[u]]
+                for u in held
+            ]
+            ms = dense + sum(s * int(p.engine_fields.unit_bytes[u]) * per_byte for s, u in zip(share, held))
+            ms += sum(float(p.engine_fields.unit_ms[u]) for u in cpu) + switch * len(
+                {int(p.engine_fields.unit_layer[u]) for u in cpu}
+            )
+            order = sorted(
+                (int(p.engine_fields.unit_layer[u]), int(p.engine_fields.unit_slot[u])) for u in cpu
+            )
             key = (
                 round(ms, 7),
                 len({x[0] for x in order}),
@@ -71,14 +78,28 @@ def test_llama_fill_is_the_best_subset(seed):
         p = dataclasses.replace(
             p, gpu_host=np.array([0, 1, 1]), host_names=["main", "far"], network_handoff_ms=0.7
         )
+    _assert_fills_are_the_best_subsets(p)
+
+
+@pytest.mark.parametrize("seed", [1547, 2044, *range(20)])
+def test_llama_fill_ties_follow_the_cpu_list(seed):
+    """Small stages whose sets of equal time differ in which layer's tensors stay on the CPU (seed
+    1547: a 20-byte tensor of layer 1 against its 8- and 12-byte ones; 2044: a layer held whole
+    against the same bytes over two layers): the fill follows every tie rule down to the last."""
+    _assert_fills_are_the_best_subsets(random_engine_problem(seed, "llama.cpp", n_layers=3, n_gpus=2))
+
+
+def _assert_fills_are_the_best_subsets(p) -> None:
+    """Every (GPU, range) that fits: the stage's fill and the table's cell are the brute force's."""
     table = build_table(p)
     for g, a, b in zip(*np.nonzero(table.room >= 0)):
         want = _best_by_brute_force(p, int(g), int(a), int(b))
         f = stage_fill(p, int(g), int(a), int(b))
         held = sorted(
             u
-            for u in range(len(p.unit_layer))
-            if a <= p.unit_layer[u] < b and (int(p.unit_layer[u]), p.unit_names[u]) not in f.offload
+            for u in range(len(p.engine_fields.unit_layer))
+            if a <= p.engine_fields.unit_layer[u] < b
+            and (int(p.engine_fields.unit_layer[u]), p.engine_fields.unit_names[u]) not in f.offload
         )
         assert held == want[1]
         assert f.gpu_ms + f.miss_ms == pytest.approx(want[0], abs=1e-9)
@@ -150,13 +171,11 @@ def test_sizes_without_a_large_common_divisor_fill_in_a_coarser_grain():
     assert grain_of(sizes * 0 + 2**21 * 9, 24 * 2**30) == 2**21 * 9  # a GGUF's sizes: exact
     p = random_engine_problem(3, "llama.cpp", n_layers=6, n_gpus=2)
     scale = 10**7  # bytes in the tens of millions: the sizes' divisor is small
-    odd = p.unit_bytes * scale + np.arange(len(p.unit_bytes)) % 7
-    speed = dataclasses.replace(p.speed, bandwidth=p.speed.bandwidth * scale)  # the same ms per unit
+    f = p.engine_fields
+    odd = f.unit_bytes * scale + np.arange(len(f.unit_bytes)) % 7
+    speed = dataclasses.replace(f.speed, bandwidth=f.speed.bandwidth * scale)  # the same ms per unit
     p = dataclasses.replace(
-        p,
-        speed=speed,
-        dense_bytes=p.dense_bytes * scale,
-        unit_bytes=odd,
+        with_engine_fields(p, speed=speed, dense_bytes=f.dense_bytes * scale, unit_bytes=odd),
         free=p.free * scale,
         reserve=p.reserve * scale,
         layer_bytes=p.layer_bytes * scale,
@@ -187,3 +206,13 @@ def test_llama_cpp_refuses_more_gpus_than_its_tensor_split_takes(tmp_path):
         out = json.loads(result.stdout)
         assert "at most 15 GPUs" in out["reason"]
         assert out.get("oracle") is None or out["oracle"]["agrees"]
+
+
+def test_the_rig_keys_an_engine_reads_are_the_rig_files_and_each_engine_only_key_has_an_engine():
+    from solver.engines import REGISTRY
+    from solver.files.config import RigConfig
+
+    named = {key for engine in REGISTRY.values() for key in engine.rig_keys}
+    assert named <= set(RigConfig.model_fields)
+    only_some = {"miss_ms", "host_bandwidth", "gpu_efficiency", "layer_overhead_ms", "switch_ms", "depth"}
+    assert only_some | {"gpu_memory_utilization"} <= named

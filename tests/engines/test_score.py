@@ -38,7 +38,7 @@ from tests.helpers.engine_mapping import (
     llama_split_none,
     llama_tensor_buft,
 )
-from tests.helpers.enginefactory import random_engine_problem
+from tests.helpers.enginefactory import random_engine_problem, with_engine_fields
 from tests.helpers.tiers import examples
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -105,7 +105,7 @@ def test_n_cpu_moe_scores_as_the_default_split() -> None:
 
 def _llama_problem(seed: int, extra: int = 0, **kw) -> Problem:
     p = random_engine_problem(seed, "llama.cpp", **kw)
-    return dataclasses.replace(p, host_bandwidth=20_000, nextn_layers=extra)
+    return with_engine_fields(p, host_bandwidth=20_000, nextn_layers=extra)
 
 
 @settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -235,7 +235,7 @@ def reference(p: Problem, spec: dict) -> tuple[float, dict[int, int]]:
     switches, two switches per tensor held on another GPU than its layer's, a layer on the CPU at
     host bandwidth, a hand-off per change of GPU (the output's card counted last)."""
     k, n = p.n_gpus, p.n_layers
-    n_blocks = n + p.nextn_layers
+    n_blocks = n + p.engine_fields.nextn_layers
     cuda = list(range(k)) if spec["visible"] is None else list(spec["visible"])
     device_arg = None if spec["devices"] is None else ",".join(f"CUDA{i}" for i in spec["devices"])
     names = llama_model_devices([], device_arg, len(cuda))
@@ -250,26 +250,26 @@ def reference(p: Problem, spec: dict) -> tuple[float, dict[int, int]]:
     ngl = 10**6 if spec["ngl"] is None else spec["ngl"]
     slots = llama_slot_devices(split, n_blocks, ngl, len(model))
     dev = [None if d is None else model[d] for d in slots]
-    sp = p.speed
+    sp = p.engine_fields.speed
     rate = sp.bandwidth * sp.efficiency
     per_byte = [0.0 if sp.given[g] else 1000.0 / rate[g] for g in range(k)]
     switch = 2 * sp.switch_ms
     window = 0.0
     need = dict.fromkeys(range(k), 0)
     cpu_units_layers = set()
-    for u in range(len(p.unit_layer)):
-        layer = int(p.unit_layer[u])
-        name = f"blk.{layer}.{p.unit_names[u][0]}.weight"
+    for u in range(len(p.engine_fields.unit_layer)):
+        layer = int(p.engine_fields.unit_layer[u])
+        name = f"blk.{layer}.{p.engine_fields.unit_names[u][0]}.weight"
         buft = llama_tensor_buft(name, spec["rules"])
         home = dev[layer]
         at = home if buft is None else None if buft == "CPU" else cuda[int(buft[4:])]
-        size = int(p.unit_bytes[u])
+        size = int(p.engine_fields.unit_bytes[u])
         if at is None:
-            window += float(p.unit_ms[u])
+            window += float(p.engine_fields.unit_ms[u])
             if home is not None:
                 cpu_units_layers.add(layer)
         else:
-            window += p.active_experts / p.experts[layer] * size * per_byte[at]
+            window += p.engine_fields.active_experts / p.experts[layer] * size * per_byte[at]
             need[at] += size
             if at != home:
                 window += switch
@@ -277,9 +277,13 @@ def reference(p: Problem, spec: dict) -> tuple[float, dict[int, int]]:
     for layer in range(n):
         g = dev[layer]
         if g is None:
-            window += 1000.0 * int(p.dense_bytes[layer]) / p.host_bandwidth
+            window += 1000.0 * int(p.engine_fields.dense_bytes[layer]) / p.engine_fields.host_bandwidth
             continue
-        window += p.layer_ms[g] if sp.given[g] else sp.overhead_ms + int(p.dense_bytes[layer]) * per_byte[g]
+        window += (
+            p.layer_ms[g]
+            if sp.given[g]
+            else sp.overhead_ms + int(p.engine_fields.dense_bytes[layer]) * per_byte[g]
+        )
         need[g] += int(p.layer_bytes[layer])
     path = [g for g in dev[:n] if g is not None] + ([dev[n_blocks]] if dev[n_blocks] is not None else [])
     hops = [g for i, g in enumerate(path) if i == 0 or g != path[i - 1]]
@@ -514,7 +518,9 @@ def test_no_device_runs_everything_on_the_cpu() -> None:
     p = load_problem(ROOT / "rigs/llama-mix.yaml")
     s = score_words(p, ["-dev", "none"])
     assert s.placement.stages == [] and s.cpu_layers == (0, p.n_layers)
-    expected = 1000.0 * float(p.dense_bytes.sum()) / p.host_bandwidth + float(p.unit_ms.sum())
+    expected = 1000.0 * float(p.engine_fields.dense_bytes.sum()) / p.engine_fields.host_bandwidth + float(
+        p.engine_fields.unit_ms.sum()
+    )
     assert math.isclose(s.window_ms, expected, rel_tol=1e-12)
     assert score_words(p, ["-ngl", "0"]).window_ms == s.window_ms
 
@@ -525,10 +531,10 @@ def test_minus_ot_to_another_gpu_is_held_there_and_costs_two_switches() -> None:
     moved = score_words(
         p, ["-ngl", "99", "-ts", "40,40,15", "-ot", r"blk\.3\.ffn_.*_exps=CUDA1", "-ncmoe", "94"]
     )
-    c = p.speed
-    unit = int(p.unit_bytes[p.unit_layer == 3][0])
-    read = p.active_experts / p.experts[3] * unit * 1000.0 / (c.bandwidth[1] * c.efficiency)
-    cpu = float(p.unit_ms[p.unit_layer == 3][0])
+    c = p.engine_fields.speed
+    unit = int(p.engine_fields.unit_bytes[p.engine_fields.unit_layer == 3][0])
+    read = p.engine_fields.active_experts / p.experts[3] * unit * 1000.0 / (c.bandwidth[1] * c.efficiency)
+    cpu = float(p.engine_fields.unit_ms[p.engine_fields.unit_layer == 3][0])
     expected = base.window_ms - cpu - 2 * c.switch_ms + read + 2 * c.switch_ms
     assert math.isclose(moved.window_ms, expected, rel_tol=1e-12)
     gpu1 = {x.gpu: x for x in moved.cards}[1]
@@ -547,8 +553,12 @@ def test_layers_left_on_the_cpu_cost_their_bytes_at_host_bandwidth() -> None:
     s = score_words(p, ["-ngl", "5", "-cmoe"])
     on_gpu = p.n_layers + 1 - 5
     assert s.cpu_layers == (0, on_gpu) and s.placement.stages[0].start == on_gpu
-    dense = 1000.0 * float(p.dense_bytes[:on_gpu].sum()) / p.host_bandwidth
-    assert math.isclose(s.cpu_ms, dense + float(p.unit_ms[p.unit_layer < on_gpu].sum()), rel_tol=1e-12)
+    dense = 1000.0 * float(p.engine_fields.dense_bytes[:on_gpu].sum()) / p.engine_fields.host_bandwidth
+    assert math.isclose(
+        s.cpu_ms,
+        dense + float(p.engine_fields.unit_ms[p.engine_fields.unit_layer < on_gpu].sum()),
+        rel_tol=1e-12,
+    )
 
 
 def test_context_and_cache_types_change_the_kv_bytes() -> None:

@@ -1,20 +1,26 @@
 """A new engine is one module and one ``register`` line: a toy engine plans, reports and exports
-through the same product path as the shipped ones, with nothing else in moesplit changed."""
+through the same product path as the shipped ones, and builds its own fields of the problem, with
+nothing else in moesplit changed."""
 
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from solver.engines import REGISTRY, Engine, StageFill, Weights, export_lines, register
+from solver.engines import REGISTRY, Engine, Resolved, StageFill, Weights, export_lines, register
 from solver.engines.export import Flags
 from solver.planning.planner import plan_rig
+from solver.planning.resolve import load_problem
+from solver.problem.problem import EngineFields
 from solver.problem.rangewalk import need_table, room_of
 from solver.problem.scales import SPARE_UNLIMITED
 from solver.report.planview import to_json
 from tests.helpers.factory import random_problem
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,9 +40,19 @@ class ToyTable:
         return 0
 
 
+@dataclasses.dataclass(frozen=True)
+class ToyFields(EngineFields):
+    """The toy engine's own field: the model's layer count, as it read it."""
+
+    layers: int = 0
+
+
 class Toy(Engine):
     name = "toy"
     note = "a test engine"
+
+    def resolve_fields(self, rig, model, experts):
+        return Resolved(ToyFields(layers=model.layers), buffers=[1] * len(rig.gpus))
 
     def table(self, p):
         need = need_table(p)
@@ -66,3 +82,12 @@ def test_a_registered_engine_plans_reports_and_exports(toy, seed):
     assert to_json(r)["engine"] == "toy"
     lines = export_lines("toy", r.plan.gpus, r.plan.cuts, p.n_layers)
     assert lines == [f"--toy-split {','.join(map(str, r.plan.cuts))}"]
+
+
+def test_a_registered_engine_builds_its_own_fields_from_the_rig_and_model(toy, tmp_path):
+    rig = tmp_path / "toy.yaml"
+    text = (ROOT / "rigs/box.yaml").read_text().replace("model: ../models/", f"model: {ROOT}/models/")
+    rig.write_text(text.replace("miss_ms: 190", "engine: toy"))
+    p = load_problem(rig)
+    assert p.engine_fields == ToyFields(layers=p.n_layers)
+    assert ToyFields.of(p).layers == p.n_layers and p.reserve.tolist() == [700 * 2**20 + 1] * p.n_gpus

@@ -7,6 +7,7 @@ import dataclasses
 import numpy as np
 
 from solver.engines.bandwidth import Speed
+from solver.engines.llamacpp.fields import LlamaFields
 from solver.problem.problem import Problem
 from tests.helpers.factory import random_problem
 
@@ -24,6 +25,11 @@ def _speed(rng: np.random.Generator, k: int) -> Speed:
         switch_ms=float(rng.choice([0.0, 0.08, 2.0])),
         depth=0,
     )
+
+
+def with_engine_fields(p: Problem, **change: object) -> Problem:
+    """The problem with some of its engine's fields changed."""
+    return dataclasses.replace(p, engine_fields=dataclasses.replace(p.engine_fields, **change))
 
 
 def random_engine_problem(seed: int, engine: str, **kw) -> Problem:
@@ -47,16 +53,16 @@ def random_engine_problem(seed: int, engine: str, **kw) -> Problem:
         layer = np.array([r[1] for r in rows], dtype=np.int64)
         size = np.array([-r[0] for r in rows], dtype=np.int64)
         ms = 1000.0 * 4 * size / (experts[layer] * 2e4)
-        replace |= {
-            "unit_layer": layer,
-            "unit_slot": np.array([r[2] for r in rows], dtype=np.int64),
-            "unit_bytes": size,
-            "unit_ms": ms,
-            "unit_names": [r[3] for r in rows],
-            "active_experts": 4,
-            "dense_bytes": rng.integers(20, 80, n).astype(np.int64),
-            "speed": _speed(rng, p.n_gpus),
-        }
+        replace["engine_fields"] = LlamaFields(
+            unit_layer=layer,
+            unit_slot=np.array([r[2] for r in rows], dtype=np.int64),
+            unit_bytes=size,
+            unit_ms=ms,
+            unit_names=[r[3] for r in rows],
+            active_experts=4,
+            dense_bytes=rng.integers(20, 80, n).astype(np.int64),
+            speed=_speed(rng, p.n_gpus),
+        )
         replace["free"] = p.free + int(size.sum() * 0.3 / p.n_gpus)
     else:
         replace["kv_per_layer"] = rng.integers(0, 4, n).astype(np.int64)

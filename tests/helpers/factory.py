@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from solver.engines.strata import StrataFields
 from solver.problem.problem import Problem
 from solver.profiles.curves import cover_mass
 
@@ -55,7 +56,7 @@ def random_problem(
         first_stage_bytes=int(rng.integers(0, 30)),
         last_stage_bytes=int(rng.integers(0, 30)),
         first_stage_min_layers=int(rng.integers(1, 3)),
-        miss_ms=float(rng.choice([0.0, 50.0, 190.0])),
+        engine_fields=StrataFields(miss_ms=float(rng.choice([0.0, 50.0, 190.0]))),
         handoff_ms=float(rng.choice([0.0, 0.5])),
         order=order,
         objective=objective,

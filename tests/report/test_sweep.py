@@ -125,3 +125,21 @@ def test_the_plot_draws_tokens_per_second_against_context(tmp_path, monkeypatch)
     assert res.stderr.splitlines()[0] == "wrote ctx.svg" and (tmp_path / "ctx.svg").read_bytes().startswith(
         b"<?xml"
     )
+
+
+def test_a_context_beyond_the_model_warns_and_is_marked(tmp_path):
+    """The model supports 40,960 tokens: 64K is planned as given, warned once on stderr (as --context
+    warns), starred in the table; every row says the KV-cache depth its speed is predicted at."""
+    model = ROOT / "models" / "qwen3-30b-a3b-q4_k_m.yaml"
+    res = run(LLAMA, "--model", model, "--contexts", "8K,64K", "--kv-types", "f16,q8_0", "--workers", "1")
+    assert res.exit_code == 0, res.output
+    warned = [line for line in res.stderr.splitlines() if "beyond" in line]
+    assert len(warned) == 1
+    assert warned[0].startswith("--contexts: 65,536 tokens (64K) is beyond the 40,960 tokens the model")
+    assert warned[0].endswith("qwen3-30b-a3b-q4_k_m.yaml:45); planned as given")
+    rows = [line.split()[0] for line in res.stdout.splitlines() if line.strip()[:2] in ("8K", "64")]
+    assert rows == ["8K", "64K*", "8K", "64K*"]
+    assert "tokens/s at an empty KV cache (the rig's depth), not with the context full" in res.stdout
+    assert "*: beyond the 40,960 tokens the model supports; planned as given" in res.stdout
+    within = run(LLAMA, "--model", model, "--contexts", "8K,32K", "--workers", "1")
+    assert "beyond" not in within.stderr and "*" not in within.stdout

@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from solver.engines import build_table, evaluate
+from solver.engines.strata import StrataFields
 from solver.planning.build import build_arcs
 from solver.planning.planner import plan_rig
 from solver.problem.placement import feasible
@@ -117,7 +118,7 @@ def hand_rig(
     p = random_problem(1, n_layers=n_layers, n_gpus=k, order=order, tight=50.0)
     p = dataclasses.replace(
         p,
-        miss_ms=0.0,
+        engine_fields=StrataFields(miss_ms=0.0),
         handoff_ms=handoff_ms,
         layer_ms=np.array(layer_ms, dtype=np.float64),
         min_layers=np.ones(k, dtype=np.int64),

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from solver.engines import build_table
+from solver.engines.strata import StrataFields
 from solver.planning import planner
 from solver.planning.build import build_arcs
 from solver.planning.planner import plan_rig
@@ -134,7 +135,7 @@ def distinct_cards(seed: int, k: int, n_layers: int, objective: str):
         layer_ms=np.round(rng.uniform(0.4, 2.0, k), 3),
         min_layers=ones,
         max_layers=ones * n_layers,
-        miss_ms=190.0,
+        engine_fields=StrataFields(miss_ms=190.0),
     )
 
 

@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from solver.cli import cli
+from solver.engines.strata import miss_ms
 from solver.planning.planner import plan_rig
 from solver.planning.resolve import load_problem
 from solver.problem.rangewalk import walk_range
@@ -36,7 +37,7 @@ def test_throughput_plan_reports_its_stages_and_beats_the_time_plan_on_them(orde
         for s in d["stages"]:  # strata's stage_ms: compute plus miss_ms times the mass it does not hold
             w = walk_range(p, s["gpu"], s["start"], s["end"])
             unheld = float(p.mass[w.visible].sum()) - float(p.mass[w.held].sum())
-            assert s["stage_ms"] == pytest.approx(s["compute_ms"] + p.miss_ms * unheld, rel=1e-12)
+            assert s["stage_ms"] == pytest.approx(s["compute_ms"] + miss_ms(p) * unheld, rel=1e-12)
         assert d["bottleneck_ms"] == max(s["stage_ms"] for s in d["stages"])
     assert thr["objective"] == "throughput" and thr["status"] == "optimal"
     assert thr["bottleneck_ms"] <= tim["bottleneck_ms"] + 1e-6

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from solver.engines import build_table, engine_of
+from solver.engines.strata import StrataFields, miss_ms
 from solver.planning.build import build_arcs
 from solver.planning.planner import plan_rig
 from solver.problem.problem import Problem
@@ -45,9 +46,9 @@ def problem(
         min_layers=np.ones(k, dtype=np.int64),
         max_layers=np.full(k, n_layers, dtype=np.int64),
         gpu_names=[f"G{i}" for i in range(k)],
-        miss_ms=0.0,
     )
     base.update(kw)
+    base["engine_fields"] = StrataFields(miss_ms=base.pop("miss_ms", 0.0))
     return Problem(**base)
 
 
@@ -166,9 +167,9 @@ def scaling_errors(p: Problem) -> tuple[np.ndarray, np.ndarray, int]:
     arcs = build_arcs(p, build_table(p))
     held_mass = walk.held_sum(p.mass)[arcs.gpu, arcs.start, arcs.end]
     held = walk.held_sum(np.ones(len(p.mass), dtype=np.int64))[arcs.gpu, arcs.start, arcs.end]
-    exact = (arcs.end - arcs.start) * p.layer_ms[arcs.gpu] - p.miss_ms * held_mass
+    exact = (arcs.end - arcs.start) * p.layer_ms[arcs.gpu] - miss_ms(p) * held_mass
     arc_err = arcs.time / arcs.time_scale - exact
-    const_err = arcs.const_time / arcs.time_scale - (p.miss_ms + p.handoff_ms * (p.n_gpus - 1))
+    const_err = arcs.const_time / arcs.time_scale - (miss_ms(p) + p.handoff_ms * (p.n_gpus - 1))
     n, k = p.n_layers, p.n_gpus
     cuts = np.array(list(itertools.combinations(range(1, n), k - 1)), dtype=np.int64).reshape(-1, k - 1)
     bounds = np.column_stack([np.zeros(len(cuts), np.int64), cuts, np.full(len(cuts), n)])

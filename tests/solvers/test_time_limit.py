@@ -13,6 +13,7 @@ from click.testing import CliRunner
 
 from solver.cli import cli
 from solver.engines import build_table, evaluate
+from solver.engines.strata import StrataFields
 from solver.planning import planner
 from solver.planning.build import build_arcs
 from solver.planning.planner import plan_rig
@@ -42,7 +43,9 @@ from tests.helpers.rigfiles import tiny_rig
 def big_problem():
     p = random_problem(1, n_layers=128, n_gpus=16, experts=96, order="auto", tight=0.9)
     ones = np.ones(16, dtype=np.int64)
-    return dataclasses.replace(p, min_layers=ones, max_layers=ones * 128, miss_ms=190.0)
+    return dataclasses.replace(
+        p, min_layers=ones, max_layers=ones * 128, engine_fields=StrataFields(miss_ms=190.0)
+    )
 
 
 def test_stopped_proof_is_feasible_with_bound_and_gap():

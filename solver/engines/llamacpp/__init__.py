@@ -8,13 +8,14 @@ holds the set of its units that makes its time least within its room.
 
 from __future__ import annotations
 
+import dataclasses
 from functools import partial
 from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
 from solver.engines.bandwidth import BytesSpeed
-from solver.engines.base import Orders, PlanCell, Required, Shape, StageCell, ms
+from solver.engines.base import Orders, PlanCell, Required, Resolved, Shape, StageCell, ms
 from solver.engines.export import (
     LLAMA_MAX_SPLITS,
     Command,
@@ -26,6 +27,7 @@ from solver.engines.export import (
 )
 from solver.engines.export_hosts import llama_rpc_lines
 from solver.engines.llamacpp.args import LlamaArgs, parse_llama_args
+from solver.engines.llamacpp.fields import LlamaFields
 from solver.engines.llamacpp.layout import COMPUTE_BUFFER, N_UBATCH, free_memory_split
 from solver.engines.llamacpp.prompt import prompt_model
 from solver.engines.llamacpp.score import score
@@ -38,7 +40,7 @@ from solver.problem.problem import Problem
 from solver.units import format_size
 
 if TYPE_CHECKING:
-    from solver.engines.export import Line
+    from solver.engines.export import Launch, Line
     from solver.files.config import ModelConfig, RigConfig
     from solver.problem.scored import Scored
 
@@ -72,7 +74,7 @@ class LlamaCpp(BytesSpeed):
 
     name = "llama.cpp"
     note = "expert tensors on a GPU or, beyond VRAM, on the CPU"
-    rig_keys = ("host_bandwidth", "host_memory")
+    rig_keys = ("host_bandwidth", "host_memory", *BytesSpeed.rig_keys)
     miss_rate_key = "host_bandwidth"
     reads_llama_bench = True
     miss_label = "CPU time (experts in host memory)"
@@ -100,19 +102,34 @@ class LlamaCpp(BytesSpeed):
         Required("rig", "host_bandwidth", "how fast the CPU streams offloaded experts, e.g. '60 GB/s'"),
     )
 
-    def problem_fields(self, rig: RigConfig, model: ModelConfig, experts: np.ndarray) -> dict:
+    def resolve_fields(self, rig: RigConfig, model: ModelConfig, experts: np.ndarray) -> Resolved:
+        """The speed model's fields, the units at the rig's ``host_bandwidth``, the model's MTP blocks
+        and GGUF file; the compute buffer on every card, the last stage's logits and the first stage's
+        weights without the embeddings (they stay in host memory)."""
+        speed, layer_ms = self.speed_fields(rig, model, experts)
         units = llama_units(model, rig.host_bandwidth, experts)
-        memory = {
-            "buffers": [COMPUTE_BUFFER] * len(rig.gpus),
-            "last_stage_extra": 4 * N_UBATCH * (model.vocab_size or 0),  # float32 logits of a micro-batch
-            "first_stage_bytes": model.first_stage_bytes - model.embedding_bytes,  # embeddings stay in RAM
-        }
-        return (
-            self.speed_fields(rig, model, experts)
-            | units
-            | memory
-            | {"host_bandwidth": rig.host_bandwidth, "prompt": prompt_model(rig, model, experts)}
+        fields = LlamaFields(
+            **speed,
+            **units,
+            host_bandwidth=rig.host_bandwidth,
+            nextn_layers=model.nextn_layers,
+            gguf=model.gguf,
+            prompt=prompt_model(rig, model, experts),
         )
+        return Resolved(
+            fields,
+            buffers=[COMPUTE_BUFFER] * len(rig.gpus),
+            layer_ms=layer_ms,
+            first_stage_bytes=model.first_stage_bytes - model.embedding_bytes,
+            last_stage_extra=4 * N_UBATCH * (model.vocab_size or 0),  # float32 logits of a micro-batch
+        )
+
+    def launch(self, p: Problem, fit_off: bool = False) -> Launch:
+        """The GGUF file, with the context and KV cache type."""
+        return dataclasses.replace(super().launch(p, fit_off), gguf=LlamaFields.of(p).gguf)
+
+    def extra_blocks(self, p: Problem) -> int:
+        return LlamaFields.of(p).nextn_layers
 
     def table(self, p: Problem) -> LlamaTable:
         return LlamaTable.build(p)
@@ -139,7 +156,7 @@ class LlamaCpp(BytesSpeed):
     def default_split(self, p: Problem) -> Baseline:
         """Layers split by free memory (no ``--tensor-split``), with the smallest ``--n-cpu-moe`` that
         makes every GPU fit."""
-        cuts = cuts_of(free_memory_split(p.free, p.n_layers, p.nextn_layers))
+        cuts = cuts_of(free_memory_split(p.free, p.n_layers, self.extra_blocks(p)))
         gpus = list(range(p.n_gpus))
         if not bounds_ok(p, cuts):
             return Baseline(

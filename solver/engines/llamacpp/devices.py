@@ -21,6 +21,7 @@ import numpy as np
 
 from solver.engines.export import Offload
 from solver.engines.llamacpp.args import LlamaArgs
+from solver.engines.llamacpp.fields import LlamaFields
 from solver.engines.llamacpp.flags import moe_rules
 from solver.engines.llamacpp.layout import slot_devices
 from solver.engines.llamacpp.tensors import Costs, base_tensor
@@ -140,7 +141,7 @@ def _rpc_gpus(p: Problem, endpoints: tuple[str, ...]) -> list[int]:
 
 def layer_devices(p: Problem, args: LlamaArgs, dev: Devices) -> tuple[list[int], int]:
     """The rig GPU (or CPU) of each planned layer, and of the output layer."""
-    n_blocks = p.n_layers + p.nextn_layers
+    n_blocks = p.n_layers + LlamaFields.of(p).nextn_layers
     ngl = args.n_gpu_layers
     ngl = n_blocks + 1 if ngl is None or ngl < 0 else ngl
     k = len(dev.model)
@@ -165,7 +166,7 @@ def placed_bytes(
     rules = [(re.compile(pattern), buft, f"{pattern}={buft}") for pattern, buft in args.overrides]
     targets = [dev.of_buffer(buft, shown) for _, buft, shown in rules]
     notes = []
-    n_blocks = p.n_layers + p.nextn_layers
+    n_blocks = p.n_layers + LlamaFields.of(p).nextn_layers
     own = {pattern for pattern, _ in moe_rules(n_blocks) + moe_rules(cpu_moe=True)}  # experts only
     for regex, _, shown in rules:
         if regex.pattern in own:
@@ -192,7 +193,7 @@ def placed_bytes(
     parted: list[str] = []
     for i, u in enumerate(c.order):
         layer = int(c.layer[i])
-        names = p.unit_names[int(u)]
+        names = LlamaFields.of(p).unit_names[int(u)]
         mains = _mains(names)
         home = layers[layer]
         size = int(c.size[i])

@@ -10,7 +10,9 @@ layer with a unit on the CPU costs ``sigma`` more (the switch to the CPU and bac
 within the room; ties go to more layers fully held, then fewer bytes held, then the set whose sorted
 (layer, slot) list on the CPU is lexicographically largest (earlier layers stay on the GPU).
 
-The integer values are per unit, so equal sets give equal sums. ``key`` is packed as
+The integer values are per unit and exactly additive in bytes among units of one rate per byte
+(``unit_values``): two sets whose times are equal (the same bytes of each rate) get equal sums, so
+the tie rules decide between them, not how each unit's time rounds. ``key`` is packed as
 ``value * (L + 1) + full`` (full <= L), which orders by value, then full layers.
 
 A layer offers ``2^m`` patterns (which of its m units to hold). Where every unit is alike (one size,
@@ -31,7 +33,7 @@ with sizes rounded up to it, where the divisor would make too many states.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import combinations
+from itertools import combinations, pairwise
 
 import numpy as np
 
@@ -59,6 +61,40 @@ class Units:
         """Indices of the layer's units, shape (m,)."""
         lo, hi = np.searchsorted(self.layer, [layer, layer + 1])
         return np.arange(lo, hi)
+
+
+#: Least integer value of one grain of a rate class for its units to be valued per grain (a relative
+#: rounding of at most 2^-21 per unit); below it each unit's value is rounded on its own.
+MIN_GRAIN_VALUE = 2**20
+#: Rates per byte within this relative gap of the previous one are one rate (float rounding of one formula).
+RATE_GAP = 1e-9
+
+
+def unit_values(value_ms: np.ndarray, size: np.ndarray, scale: int) -> np.ndarray:
+    """Integer values (``scale`` per ms) of units worth ``value_ms`` each, additive in bytes.
+
+    Units whose value per byte is one rate (to RATE_GAP; llama.cpp's units of layers with as many
+    experts, on one GPU) are valued ``(size / grain) * rint(rate * grain * scale)``, grain the
+    greatest common divisor of their sizes: sets of equal bytes of a rate get equal values, whereas
+    rounding each unit on its own lets a 20-byte unit and two of 8 and 12 bytes differ by one and
+    decide a tie the tie rules are meant to decide. A class whose grain is worth under
+    MIN_GRAIN_VALUE keeps the per-unit rounding (its precision would suffer otherwise).
+    """
+    out = np.rint(value_ms * scale).astype(np.int64)
+    if not len(size):
+        return out
+    rate = value_ms / size
+    order = np.argsort(rate, kind="stable")
+    sorted_rate = rate[order]
+    gap = np.abs(np.diff(sorted_rate)) > RATE_GAP * np.maximum(np.abs(sorted_rate[1:]), 1e-300)
+    starts = np.concatenate([[0], np.flatnonzero(gap) + 1, [len(order)]])
+    for lo, hi in pairwise(starts.tolist()):
+        ids = order[lo:hi]
+        grain = int(np.gcd.reduce(size[ids]))
+        per_grain = round(float(value_ms[ids].sum()) / float(size[ids].sum()) * grain * scale)
+        if abs(per_grain) >= MIN_GRAIN_VALUE:
+            out[ids] = (size[ids] // grain) * per_grain
+    return out
 
 
 def pack(value: np.ndarray, sigma: int, n_layers: int) -> tuple[np.ndarray, int]:

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from solver.engines.llamacpp.fields import LlamaFields
 from solver.files.cards import DRIVER_MIB, find_card
 from solver.problem.problem import kv_per_layer_of
 from solver.units import per_layer
@@ -254,7 +255,7 @@ def scored_prompt(q, scored, args, depth: int | None = None) -> PromptSpeed | No
     the smaller) and llama-bench's ``-p`` for the prompt, at ``depth`` tokens already in the cache
     (default: llama-bench's ``-d``, else the rig's); pipeline parallelism only with several GPU stages,
     no layer and no expert tensor in host memory."""
-    pm = q.prompt
+    pm = LlamaFields.of(q).prompt
     if pm is None:
         return None
     ubatch = _flag(args.ignored, ("-ub", "--ubatch-size")) or pm.n_ubatch
@@ -271,7 +272,7 @@ def scored_prompt(q, scored, args, depth: int | None = None) -> PromptSpeed | No
 
 def plan_prompt(p, plan) -> PromptSpeed | None:
     """The prompt speed of a plan's placement on problem ``p`` (None without a prompt model)."""
-    pm = p.prompt
+    pm = LlamaFields.of(p).prompt
     if pm is None or plan is None:
         return None
     stages = [(s.gpu, s.start, s.end, s.host_bytes) for s in plan.stages]

@@ -16,10 +16,11 @@ from fractions import Fraction
 
 import numpy as np
 
-from solver.engines.bandwidth import speed_of, with_constants
+from solver.engines.bandwidth import dense_of, speed_of, with_constants
 from solver.engines.base import Engine
 from solver.engines.llamacpp.args import LlamaArgs
 from solver.engines.llamacpp.devices import CPU, devices_of, layer_devices, placed_bytes
+from solver.engines.llamacpp.fields import LlamaFields
 from solver.engines.llamacpp.flags import KV_TYPE_BYTES
 from solver.engines.llamacpp.tensors import Costs
 from solver.files.kvcache import KV_TYPES
@@ -199,8 +200,8 @@ def _cpu_layers_ms(p: Problem, c: Costs, placed: np.ndarray, end: int) -> float:
     k = p.n_gpus
     mine = (c.layer < end) & (placed[:, k] > 0)
     experts = float((c.cpu * placed[:, k] / np.maximum(c.size, 1))[mine].sum())
-    dense = p.dense_bytes if p.dense_bytes is not None else np.zeros(p.n_layers, dtype=np.int64)
-    return 1000.0 * float(dense[:end].sum()) / float(p.host_bandwidth or 1) + experts
+    rate = LlamaFields.of(p).host_bandwidth
+    return 1000.0 * float(dense_of(p)[:end].sum()) / float(rate or 1) + experts
 
 
 def _cpu_card(p: Problem, c: Costs, placed: np.ndarray, end: int, output: int) -> Card:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from solver.engines.base import Weights
+from solver.engines.llamacpp.fields import LlamaFields
 from solver.engines.llamacpp.fill import best_set, dense_table, uniform_table
 from solver.engines.llamacpp.tensors import Costs, decision_scale
 from solver.problem.placement import StageFill
@@ -95,10 +96,11 @@ def _rescale(fine: np.ndarray, scale: int) -> np.ndarray:
 
 
 def _classes(c: Costs, scale: int) -> list[list[int]]:
-    """GPUs whose units and switches are valued alike (the fill depends on the GPU only through them)."""
+    """GPUs whose units, held times and switches are valued alike (the fill and the sums it carries
+    depend on the GPU only through them)."""
     groups: dict[tuple, list[int]] = {}
     for g in range(c.held.shape[1]):
-        key = (np.rint(c.held[:, g] * scale).astype(np.int64).tobytes(), float(c.switch[g]))
+        key = (c.units(g, scale).value.tobytes(), _units_ms(c.held[:, g]).tobytes(), float(c.switch[g]))
         groups.setdefault(key, []).append(g)
     return list(groups.values())
 
@@ -134,7 +136,7 @@ def fill_of(p: Problem, c: Costs, g: int, a: int, b: int, held: np.ndarray, fits
     switch = float(c.switch[g]) * len(cpu_layers)
     held_bytes = int(c.size[on_gpu].sum())
     total = float(c.cpu.sum())
-    names = [p.unit_names[int(i)] for i in c.order]
+    names = [LlamaFields.of(p).unit_names[int(i)] for i in c.order]
     return StageFill(
         room=room,
         cache_bytes=held_bytes,

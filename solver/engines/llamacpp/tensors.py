@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from solver.engines.bandwidth import dense_ms, per_byte_ms, speed_of
-from solver.engines.llamacpp.fill import Units, grain_of, pack
+from solver.engines.llamacpp.fields import LlamaFields
+from solver.engines.llamacpp.fill import Units, grain_of, pack, unit_values
 from solver.problem.problem import Problem
 from solver.units import per_layer
 
@@ -100,12 +101,13 @@ class Costs:
 
     @classmethod
     def of(cls, p: Problem) -> Costs:
-        order = np.lexsort((p.unit_slot if len(p.unit_slot) else np.zeros_like(p.unit_layer), p.unit_layer))
-        layer = p.unit_layer[order]
-        slot = p.unit_slot[order] if len(p.unit_slot) else np.zeros_like(layer)
-        size = p.unit_bytes[order]
+        f = LlamaFields.of(p)
+        order = np.lexsort((f.unit_slot if len(f.unit_slot) else np.zeros_like(f.unit_layer), f.unit_layer))
+        layer = f.unit_layer[order]
+        slot = f.unit_slot[order] if len(f.unit_slot) else np.zeros_like(layer)
+        size = f.unit_bytes[order]
         per_byte, dense = per_byte_ms(p), dense_ms(p)
-        share = p.active_experts / np.maximum(p.experts_per_layer[layer], 1)
+        share = f.active_experts / np.maximum(p.experts_per_layer[layer], 1)
         held = (share * size)[:, None] * per_byte[None, :]
         has = np.zeros(p.n_layers + 1, dtype=np.int64)
         has[np.unique(layer) + 1] = 1
@@ -114,12 +116,12 @@ class Costs:
         most_room = int((p.free - p.reserve).max(initial=0))
         grain = grain_of(size, most_room)
         fill_size = -(-size // grain) * grain
-        return cls(order, layer, slot, size, fill_size, p.unit_ms[order], held, dense, switch, np.cumsum(has))
+        return cls(order, layer, slot, size, fill_size, f.unit_ms[order], held, dense, switch, np.cumsum(has))
 
     def units(self, g: int, scale: int) -> Units:
         """GPU g's units for the fill, valued in integers of ``scale`` per ms."""
         n = len(self.dense)
-        value = np.rint(self.cpu * scale).astype(np.int64) - np.rint(self.held[:, g] * scale).astype(np.int64)
+        value = unit_values(self.cpu - self.held[:, g], self.size, scale)
         key, sigma = pack(value, round(float(self.switch[g]) * scale), n)
         return Units(self.layer, self.slot, self.fill_size, key, sigma, n)
 

@@ -1,0 +1,46 @@
+"""llama.cpp's own problem fields: its units (expert tensors), the rate the CPU runs those it keeps at,
+the blocks after the planned layers and the GGUF file its command loads. The speed model's fields it
+shares with vLLM and SGLang come first (solver.engines.bandwidth.BytesFields)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from solver.engines.bandwidth import BytesFields
+
+
+@dataclass(frozen=True)
+class LlamaFields(BytesFields):
+    """What llama.cpp's arithmetic and export read besides the shared arrays.
+
+    unit_* (U,)     the units by layer, then the model's tensor order (solver.engines.llamacpp.tensors):
+                    layer, bytes, CPU ms per token, tensor names; unit_slot the unit's position among
+                    its layer's tensors
+    host_bandwidth  bytes/s the CPU streams the experts kept in host memory at (what unit_ms is at)
+    nextn_layers    blocks the GGUF holds after the planned layers (MTP), placed on the last device
+                    with the output
+    gguf            the GGUF file the command loads, a path from the working directory (None: unknown)
+    prompt          the prompt-processing constants (solver.engines.llamacpp.prompt.PromptModel)
+    """
+
+    unit_layer: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    unit_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    unit_ms: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float64))
+    unit_names: list[tuple[str, ...]] = field(default_factory=list)
+    unit_slot: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    host_bandwidth: float | None = None
+    nextn_layers: int = 0
+    gguf: str | None = None
+    prompt: Any = None
+
+    def at_host_bandwidth(self, rate: float) -> LlamaFields:
+        """The units' CPU times at ``rate`` (a problem without a CPU rate keeps its own)."""
+        if not self.host_bandwidth:
+            return self
+        return dataclasses.replace(
+            self, unit_ms=self.unit_ms * (self.host_bandwidth / rate), host_bandwidth=rate
+        )
