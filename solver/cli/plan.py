@@ -117,6 +117,13 @@ def _progress(enabled: bool) -> tuple[Callable[[str, float, float], None] | None
     callback=lambda _ctx, _param, value: _listed(value, "parse_kv_types"),
     help="Plan with each KV cache type (f16,q8_0,q4_0), one table; with --contexts, every pair.",
 )
+@click.option(
+    "--prompt",
+    type=click.IntRange(min=1),
+    help="Report llama.cpp's prompt processing for a prompt of N tokens, instead of the rig's prompt "
+    "(2048 by default).",
+    metavar="N",
+)
 @json_option()
 @click.option(
     "--out",
@@ -148,6 +155,7 @@ def plan_cmd(
     fit_off: bool,
     contexts: list[int] | None,
     kv_types: list[str] | None,
+    prompt: int | None,
     as_json: bool,
     out: Path | None,
     plot: Path | None,
@@ -160,7 +168,9 @@ def plan_cmd(
     from solver.planning.planner import plan_rig
     from solver.report.planview import print_report, to_json
 
-    overrides = Overrides(model, profile, objective, order, context, engine, idle_gpus, kv_type=kv_type)
+    overrides = Overrides(
+        model, profile, objective, order, context, engine, idle_gpus, kv_type=kv_type, prompt=prompt
+    )
     if contexts is not None or kv_types is not None:
         alone = {"--context": context, "--kv-type": kv_type, "--export": export, "--check": check or None}
         clash = next((flag for flag, value in alone.items() if value is not None), None)

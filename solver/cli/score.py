@@ -78,6 +78,13 @@ def plan_export(r: Result) -> list[str] | None:
 @engine_option("The engine the command runs (default: the rig's, else strata).")
 @json_option("Print one JSON object: the score and the plan.")
 @click.option("--time-limit", type=SECONDS, help="Plan within SECONDS.")
+@click.option(
+    "--prompt",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="llama.cpp: report prompt processing for N tokens, instead of the rig's prompt (a llama-bench "
+    "-p in the command wins).",
+)
 @workers_option()
 @input_errors
 def score(
@@ -88,6 +95,7 @@ def score(
     engine: str | None,
     as_json: bool,
     time_limit: float | None,
+    prompt: int | None,
     workers: int | None,
 ) -> None:
     """Score the command you run today on RIG, and show the plan beside it.
@@ -107,7 +115,7 @@ def score(
     words = command_words(list(command))
     if not words:
         fail("score: give the command after --, e.g. solve score RIG -- -ngl 99 -ts 3,1")
-    problem = load_problem(rig, Overrides(model=model, profile=profile, engine=engine))
+    problem = load_problem(rig, Overrides(model=model, profile=profile, engine=engine, prompt=prompt))
     runner = engine_of(problem)
     try:
         scored = runner.score(problem, runner.read_command(words))

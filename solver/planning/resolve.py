@@ -45,6 +45,8 @@ class Overrides:
     #: The rate a rig without ``host_bandwidth`` starts from (``solve calibrate`` fits it).
     host_bandwidth: int | None = None
     kv_type: str | None = None
+    #: Tokens of the prompt whose processing llama.cpp plans report (the rig's ``prompt``).
+    prompt: int | None = None
 
 
 def resolve(
@@ -250,6 +252,8 @@ def load_problem(rig_path: Path, overrides: Overrides | None = None) -> Problem:
         update["idle_gpus"] = True
     if ov.host_bandwidth is not None and rig.host_bandwidth is None:
         update["host_bandwidth"] = ov.host_bandwidth
+    if ov.prompt is not None:
+        update["prompt"] = ov.prompt
     if update:
         rig = rig.model_copy(update=update)
     check_host_runs(rig, rig_doc)

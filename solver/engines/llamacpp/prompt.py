@@ -31,6 +31,7 @@ import numpy as np
 
 from solver.engines.llamacpp.fields import LlamaFields
 from solver.files.cards import DRIVER_MIB, find_card
+from solver.problem.placement import PromptSpeed
 from solver.problem.problem import kv_per_layer_of
 from solver.units import per_layer
 
@@ -143,27 +144,16 @@ class PromptModel:
         return float(done[-1]) if done else 0.0
 
 
-@dataclass(frozen=True)
-class PromptSpeed:
-    """A plan's prompt processing: tokens/s over the prompt, its time (TTFT), the micro-batch."""
-
-    tokens_per_s: float
-    ttft_ms: float
-    prompt: int
-    n_ubatch: int
-    pipeline: bool
-
-
 def prompt_speed(
     pm: PromptModel, stages: list[tuple[int, int, int, int]], pipeline: bool, n_ubatch: int | None = None
-) -> PromptSpeed | None:
-    """The prompt speed of ``stages`` (see ``PromptModel.time_ms``); None when a GPU's matrix throughput
-    is unknown."""
-    if not pm.known or not stages:
-        return None
+) -> PromptSpeed:
+    """The prompt speed of ``stages`` (see ``PromptModel.time_ms``); its figures None when a GPU's
+    matrix throughput is unknown or there are no GPU stages (the run's settings are still given)."""
     n = n_ubatch or pm.n_ubatch
+    if not pm.known or not stages:
+        return PromptSpeed(None, None, pm.prompt, n, pipeline, pm.flash_attn)
     ms = pm.time_ms(stages, pipeline, n_ubatch=n)
-    return PromptSpeed(1000.0 * pm.prompt / ms, ms, pm.prompt, n, pipeline)
+    return PromptSpeed(1000.0 * pm.prompt / ms, ms, pm.prompt, n, pipeline, pm.flash_attn)
 
 
 def _card(gpu: GpuConfig):
@@ -250,11 +240,21 @@ def _flag(ignored: tuple[str, ...], names: tuple[str, ...]) -> int | None:
     return value
 
 
+def _flash_attn(ignored: tuple[str, ...], default: bool) -> bool:
+    """The command's ``-fa``/``--flash-attn`` (on, off; ``auto`` and absent: ``default``)."""
+    value = default
+    for w in ignored:
+        head, _, rest = w.partition(" ")
+        if head in ("-fa", "--flash-attn") and rest.strip() in ("on", "1", "true", "off", "0", "false"):
+            value = rest.strip() in ("on", "1", "true")
+    return value
+
+
 def scored_prompt(q, scored, args, depth: int | None = None) -> PromptSpeed | None:
     """The prompt speed of a scored llama.cpp command: its stages, its ``-ub``/``-b`` (the micro-batch is
     the smaller) and llama-bench's ``-p`` for the prompt, at ``depth`` tokens already in the cache
     (default: llama-bench's ``-d``, else the rig's); pipeline parallelism only with several GPU stages,
-    no layer and no expert tensor in host memory."""
+    no layer and no expert tensor in host memory. None without a prompt model."""
     pm = LlamaFields.of(q).prompt
     if pm is None:
         return None
@@ -266,12 +266,15 @@ def scored_prompt(q, scored, args, depth: int | None = None) -> PromptSpeed | No
     stages = [(s.gpu, s.start, s.end, s.host_bytes) for s in scored.placement.stages]
     on_cpu = scored.cpu_layers[1] > scored.cpu_layers[0]
     pipeline = len(stages) > 1 and not on_cpu and not any(h for *_, h in stages)
-    run = replace(pm, prompt=prompt, depth=depth, n_ubatch=min(ubatch, batch, prompt))
+    flash = _flash_attn(args.ignored, pm.flash_attn)
+    run = replace(pm, prompt=prompt, depth=depth, n_ubatch=min(ubatch, batch, prompt), flash_attn=flash)
     return prompt_speed(run, stages, pipeline)
 
 
 def plan_prompt(p, plan) -> PromptSpeed | None:
-    """The prompt speed of a plan's placement on problem ``p`` (None without a prompt model)."""
+    """The prompt speed of a plan's placement on problem ``p`` as its export runs it: the rig's
+    ``n_ubatch`` (at most the prompt), every layer on its GPU, so the stages pipeline when no expert
+    is in host memory (None without a prompt model)."""
     pm = LlamaFields.of(p).prompt
     if pm is None or plan is None:
         return None
