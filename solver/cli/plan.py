@@ -70,6 +70,7 @@ class PlanOptions:
     kv_type: str | None
     ubatch: int | None
     flash_attn: str | None
+    prompt: int | None
     default: str | None
     workers: int
 
@@ -85,6 +86,7 @@ class PlanOptions:
             kv_type=self.kv_type,
             n_ubatch=self.ubatch,
             flash_attn=self.flash_attn,
+            prompt=self.prompt,
         )
 
     def limits(
@@ -213,6 +215,13 @@ def _progress(enabled: bool) -> tuple[Callable[[str, float, float], None] | None
     metavar="LIST",
     callback=lambda _ctx, _param, value: _listed(value, "parse_kv_types"),
     help="Plan with each KV cache type (f16,q8_0,q4_0), one table; with --contexts, every pair.",
+)
+@click.option(
+    "--prompt",
+    type=click.IntRange(min=1),
+    help="Report llama.cpp's prompt processing for a prompt of N tokens, instead of the rig's prompt "
+    "(2048 by default).",
+    metavar="N",
 )
 @json_option()
 @click.option(

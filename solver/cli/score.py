@@ -87,6 +87,13 @@ def plan_export(r: Result) -> list[str] | None:
 )
 @json_option("Print one JSON object: the score and the plan.")
 @click.option("--time-limit", type=SECONDS, help="Plan within SECONDS.")
+@click.option(
+    "--prompt",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="llama.cpp: report prompt processing for N tokens, instead of the rig's prompt (a llama-bench "
+    "-p in the command wins).",
+)
 @workers_option()
 @input_errors
 def score(
@@ -98,6 +105,7 @@ def score(
     context: int | None,
     as_json: bool,
     time_limit: float | None,
+    prompt: int | None,
     workers: int | None,
 ) -> None:
     """Score the command you run today on RIG, and show the plan beside it.
@@ -120,7 +128,9 @@ def score(
         fail(f"score: {exc}")
     if not words:
         fail("score: give the command after --, e.g. solve score RIG -- -ngl 99 -ts 3,1")
-    problem = load_problem(rig, Overrides(model=model, profile=profile, engine=engine, context=context))
+    problem = load_problem(
+        rig, Overrides(model=model, profile=profile, engine=engine, context=context, prompt=prompt)
+    )
     runner = engine_of(problem)
     try:
         scored = runner.score(problem, runner.read_command(words))

@@ -37,6 +37,10 @@ import yaml
 #: MiB a headless card's driver and CUDA context take before a model loads (see the module docstring).
 DRIVER_MIB = 700
 
+#: Bytes/s one PCIe lane carries, by generation: the transfer rate (8, 16, 32 GT/s) after 128b/130b
+#: encoding, over 8 bits (the PCI-SIG figures: 15.75, 31.5, 63 GB/s for 16 lanes).
+PCIE_LANE_BYTES = {"3.0": 8e9 * 128 / 130 / 8, "4.0": 16e9 * 128 / 130 / 8, "5.0": 32e9 * 128 / 130 / 8}
+
 #: What an unknown card's message says: how to write the GPU by hand.
 BY_HAND = (
     "to plan it, write the GPU in the rig by hand: name, free (its memory less 700 MiB: "
@@ -56,6 +60,16 @@ class Card:
     sms: int | None = None
     boost_ghz: float | None = None
     aka: tuple[str, ...] = ()
+    pcie: str | None = None
+    tflops: float | None = None
+
+    @property
+    def pcie_bandwidth(self) -> int | None:
+        """The host link's rate in bytes/s: ``pcie`` ("4.0x16") at its generation's rate per lane."""
+        if not self.pcie:
+            return None
+        gen, lanes = self.pcie.split("x")
+        return round(PCIE_LANE_BYTES[gen] * int(lanes))
 
     @property
     def free_mib(self) -> int:
@@ -74,6 +88,7 @@ def _card(row: dict[str, Any]) -> Card:
     row = dict(row)
     vram_mib = row.pop("gib") * 1024 if "gib" in row else row.pop("mib")
     bandwidth = round(row.pop("gbs") * 10**9)
+    row["pcie"] = str(row["pcie"]) if row.get("pcie") else None
     return Card(vram_mib=vram_mib, bandwidth=bandwidth, aka=tuple(row.pop("aka", ())), **row)
 
 

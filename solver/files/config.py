@@ -134,6 +134,8 @@ class GpuConfig(_Strict):
     host: Name = "local"
     mem_bandwidth: Rate | None = None
     buffer: Size | None = None
+    pcie_bandwidth: Rate | None = None
+    matrix_tflops: PositiveMs | None = None
 
 
 class RigConfig(_Strict):
@@ -168,6 +170,9 @@ class RigConfig(_Strict):
     gpu_memory_utilization: Share | None = None  # vllm, sglang
     n_ubatch: Annotated[int, Field(ge=1, le=COUNT_MAX)] = 512  # llama.cpp
     flash_attn: Annotated[Literal["on", "off"], BeforeValidator(_on_off)] = "on"  # llama.cpp
+    prompt: Count = 2048  # llama.cpp
+    matrix_efficiency: Share | None = None  # llama.cpp
+    pcie_efficiency: Share | None = None  # llama.cpp
     gpus: Annotated[list[GpuConfig], Field(min_length=1)]
 
 
@@ -236,6 +241,8 @@ class ModelConfig(_Strict):
     embedding_bytes: Size = 0
     other_weight_bytes: Size = 0
     geometry: GeometryConfig | None = None
+    expert_bits: PositiveMs | None = None
+    dense_bits: PositiveMs | None = None
 
 
 _MESSAGES = {"missing": "missing (required)"}

@@ -47,6 +47,8 @@ class Overrides:
     kv_type: str | None = None
     n_ubatch: int | None = None
     flash_attn: str | None = None
+    #: Tokens of the prompt whose processing llama.cpp plans report (the rig's ``prompt``).
+    prompt: int | None = None
 
 
 def resolve(
@@ -253,7 +255,7 @@ def load_problem(rig_path: Path, overrides: Overrides | None = None) -> Problem:
         update["idle_gpus"] = True
     if ov.host_bandwidth is not None and rig.host_bandwidth is None:
         update["host_bandwidth"] = ov.host_bandwidth
-    for key in ("context", "n_ubatch", "flash_attn"):  # what the engine's memory depends on
+    for key in ("context", "n_ubatch", "flash_attn", "prompt"):  # what the engine's memory and prompt read
         if getattr(ov, key) is not None:
             update[key] = getattr(ov, key)
     if update:

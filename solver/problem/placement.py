@@ -1,5 +1,6 @@
-"""A placement: its stages (each built from the fill its engine gives it), the window and held mass,
-and the rules every placement must keep. Engines evaluate placements (solver.engines.base)."""
+"""A placement: its stages (each built from the fill its engine gives it), the window and held mass, its
+prompt processing where the engine models it, and the rules every placement must keep. Engines evaluate
+placements (solver.engines.base)."""
 
 from __future__ import annotations
 
@@ -85,12 +86,45 @@ class Stage:
 
 
 @dataclass(frozen=True)
+class PromptSpeed:
+    """A placement's prompt processing, as an engine that models it predicts it (llama.cpp:
+    solver.engines.llamacpp.prompt): ``prompt`` tokens in micro-batches of ``n_ubatch``, at
+    ``tokens_per_s``, the first token after ``ttft_ms``; both None where the engine cannot say (a GPU
+    whose matrix throughput is unknown). ``pipeline``: the stages overlap micro-batches;
+    ``flash_attn``: the run's flash attention setting. Kept here, engine-neutral, so that the report
+    shows it without asking which engine ran."""
+
+    tokens_per_s: float | None
+    ttft_ms: float | None
+    prompt: int
+    n_ubatch: int
+    pipeline: bool
+    flash_attn: bool = True
+
+    def json(self) -> dict:
+        """The keys a plan's, a default's or a scored command's JSON adds."""
+        return {
+            "pp_tokens_per_s": self.tokens_per_s,
+            "ttft_ms": self.ttft_ms,
+            "prompt": self.prompt,
+            "n_ubatch": self.n_ubatch,
+            "flash_attn": self.flash_attn,
+        }
+
+
+#: The prompt keys of a JSON report where there is no placement to give them.
+NO_PROMPT_JSON = dict.fromkeys(("pp_tokens_per_s", "ttft_ms", "prompt", "n_ubatch", "flash_attn"))
+
+
+@dataclass(frozen=True)
 class Placement:
-    """Stages in pipeline order, with the predicted window (ms) and held mass."""
+    """Stages in pipeline order, with the predicted window (ms) and held mass; ``prompt``: its prompt
+    processing (None: the engine does not model it)."""
 
     stages: list[Stage]
     window_ms: float
     held_mass: float
+    prompt: PromptSpeed | None = None
 
     @property
     def cuts(self) -> list[int]:

@@ -172,6 +172,12 @@ def print_sweep(points: list[Point], console: Console) -> None:
     title = f"{p.rig}: {p.model}, {p.n_layers} layers on {p.n_gpus} GPUs, engine {p.engine}"
     notes = [f"{default} tokens/s: what `solve RIG` sets the plan beside ('no fit': it does not fit)"]
     notes.append(depth_note(points))
+    speed = next((pt.result.plan.prompt for pt in points if pt.result.plan is not None), None)
+    if speed is not None:
+        notes.append(
+            f"prompt t/s, TTFT s: a {speed.prompt:,}-token prompt in micro-batches of {speed.n_ubatch:,} "
+            f"(TTFT: time to its first token)"
+        )
     limit = model_limit(points)
     if any(beyond(limit, pt.context) for pt in points):
         notes.append(f"*: beyond the {limit.tokens:,} tokens the model supports; planned as given")

@@ -12,7 +12,7 @@ from solver.files.console import fit_names, print_lines
 from solver.files.kvcache import DEFAULT_KV_TYPE
 from solver.planning.planner import Result
 from solver.problem.baselines import Baseline
-from solver.problem.placement import Placement
+from solver.problem.placement import Placement, PromptSpeed
 from solver.problem.problem import Problem
 from solver.units import format_size
 
@@ -55,6 +55,8 @@ def _baseline_json(b: Baseline) -> dict:
         "held_pairs": plan.held_pairs if plan else None,
         "bottleneck_ms": plan.bottleneck_ms if plan else None,
     }
+    if plan is not None and plan.prompt is not None:  # engines that model prompt processing
+        out |= plan.prompt.json()
     if b.note:
         out["note"] = b.note
     if b.reason:
@@ -216,6 +218,17 @@ def compare_table(r: Result, width: int) -> Table:
     return c
 
 
+def prompt_note(speed: PromptSpeed) -> str:
+    """What the prompt rows are of: the prompt's length, its micro-batch, flash attention, pipelining."""
+    overlap = "overlapped across stages" if speed.pipeline else "stage after stage (no pipeline)"
+    fa = "on" if speed.flash_attn else "off"
+    text = f"prompt: {speed.prompt:,} tokens in micro-batches of {speed.n_ubatch:,}, {overlap}"
+    text += f", flash attention {fa}"
+    if speed.tokens_per_s is None:
+        text += "; its speed is unknown (a GPU's matrix TFLOPS is not known: set matrix_tflops)"
+    return text
+
+
 def print_report(r: Result, console: Console) -> None:
     """Stages of the plan, the plan against the engine's default, and the solver's status."""
     p, plan = r.problem, r.plan
@@ -240,6 +253,8 @@ def print_report(r: Result, console: Console) -> None:
             f"plan vs {shown.name}: {plan.tokens_per_s:.2f} vs {shown.plan.tokens_per_s:.2f} tokens/s, "
             f"{100 * (gain - 1):+.1f}%"
         )
+    if plan.prompt is not None:
+        notes.append(prompt_note(plan.prompt))
     for g in sorted(set(range(p.n_gpus)) - set(plan.gpus)):
         ms_ = (r.idle_cost_ms or {}).get(g)
         if r.idle_cost_ms is None:

@@ -212,7 +212,9 @@ def _summary(p: Problem, plan: Placement | None, fits: bool = True) -> str:
     order = "" if plan.gpus == sorted(plan.gpus) else f", GPU order {','.join(map(str, plan.gpus))}"
     held = f", {plan.held_mass:.2%} held" if engine_of(p).profile else ""
     tail = "" if fits else ", DOES NOT FIT"
-    return f"cuts {cuts}{order}: {plan.window_ms:.2f} ms ({plan.tokens_per_s:.1f} tokens/s){held}{tail}"
+    speed = prompt_speed_of(plan)
+    pp = f", prompt {speed:,.0f} tokens/s" if speed is not None else ""
+    return f"cuts {cuts}{order}: {plan.window_ms:.2f} ms ({plan.tokens_per_s:.1f} tokens/s{pp}){held}{tail}"
 
 
 def _layout(k: int, curve: bool) -> tuple[list[list[str]], list[float], tuple[float, float]]:
@@ -292,31 +294,34 @@ def _save(fig: Any, plt: Any, path: Path, shown: str) -> None:
         plt.close(fig)
 
 
-def plot_sweep(points: list[Point], path: Path, shown: str) -> None:
-    """Tokens per second against context, one line per KV cache type: the plan solid, the engine's
-    default dashed (where it fits); written atomically to ``path`` in the format its extension names."""
-    import matplotlib
+def prompt_speed_of(plan: Placement | None) -> float | None:
+    """A placement's predicted prompt tokens/s (None: not modelled, unknown, or no placement)."""
+    return plan.prompt.tokens_per_s if plan is not None and plan.prompt is not None else None
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    p = points[0].result.problem
-    default = points[0].result.compared.name
-    fig, ax = plt.subplots(figsize=(8.0, 5.0), layout="constrained")
+def _sweep_lines(ax: Any, points: list[Point], value: Any, default: str) -> None:
+    """One line per KV cache type of ``value(placement)`` against context: the plan solid, the
+    engine's default dashed (where it fits and has a value)."""
     colours = (PLAN_COLOUR, BASE_COLOUR, "#009E73")
     kv_types = list(dict.fromkeys(pt.kv_type for pt in points))
     for kv, colour in zip(kv_types, colours):
         mine = [pt for pt in points if pt.kv_type == kv]
-        planned = [(pt.context, pt.result.plan.tokens_per_s) for pt in mine if pt.result.plan]
+        planned = [(pt.context, value(pt.result.plan)) for pt in mine if pt.result.plan]
         base = [
-            (pt.context, pt.result.compared.plan.tokens_per_s)
+            (pt.context, value(pt.result.compared.plan))
             for pt in mine
             if pt.result.compared.plan is not None and pt.result.compared.feasible
         ]
+        planned = [(c, v) for c, v in planned if v is not None]
+        base = [(c, v) for c, v in base if v is not None]
         if planned:
             ax.plot(*zip(*planned), "o-", color=colour, label=f"plan, {kv} KV cache")
         if base:
             ax.plot(*zip(*base), "x--", color=colour, alpha=0.7, label=f"{default}, {kv} KV cache")
+
+
+def _context_axis(ax: Any, points: list[Point], xlabel: str) -> None:
+    """Contexts on the x axis (log 2 when they span more than a factor 2), max_context shaded."""
     contexts = sorted({pt.context for pt in points if pt.context > 0})
     limit = model_limit(points)
     if limit.tokens is not None and contexts and contexts[-1] > limit.tokens:
@@ -328,11 +333,44 @@ def plot_sweep(points: list[Point], path: Path, shown: str) -> None:
         ax.set_xscale("log", base=2)
     ax.set_xticks(contexts, [short_context(c) for c in contexts])
     ax.set_ylim(bottom=0)
-    ax.set_xlabel(f"context (tokens of KV cache); {depth_note(points)}")
-    ax.set_ylabel("tokens per second (predicted)")
+    ax.set_xlabel(xlabel)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    ax.set_title(
-        f"{p.rig}: {p.model} on {p.n_gpus} GPU{'s' if p.n_gpus > 1 else ''}, engine {p.engine}", fontsize=10
-    )
+
+
+def plot_sweep(points: list[Point], path: Path, shown: str) -> None:
+    """Tokens per second against context, one line per KV cache type: the plan solid, the engine's
+    default dashed (where it fits); for an engine that models prompt processing (llama.cpp) a second
+    panel beside it draws the prompt's tokens/s the same way. Written atomically to ``path`` in the
+    format its extension names."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    p = points[0].result.problem
+    default = points[0].result.compared.name
+    prompt = any(prompt_speed_of(pt.result.plan) is not None for pt in points)
+    if prompt:
+        fig, (ax, pp) = plt.subplots(1, 2, figsize=(14.0, 5.0), layout="constrained")
+    else:
+        fig, ax = plt.subplots(figsize=(8.0, 5.0), layout="constrained")
+    _sweep_lines(ax, points, lambda plan: plan.tokens_per_s, default)
+    _context_axis(ax, points, f"context (tokens of KV cache); {depth_note(points)}")
+    ax.set_ylabel("tokens per second (predicted)")
+    title = f"{p.rig}: {p.model} on {p.n_gpus} GPU{'s' if p.n_gpus > 1 else ''}, engine {p.engine}"
+    if prompt:
+        speed = next(pt.result.plan.prompt for pt in points if prompt_speed_of(pt.result.plan) is not None)
+        _sweep_lines(pp, points, prompt_speed_of, default)
+        _context_axis(pp, points, "context (tokens of KV cache)")
+        pp.set_ylabel("prompt tokens per second (predicted)")
+        pp.set_title(
+            f"prompt processing: {speed.prompt:,} tokens, micro-batches of {speed.n_ubatch:,}",
+            fontsize=10,
+            loc="left",
+        )
+        ax.set_title("decode", fontsize=10, loc="left")
+        fig.suptitle(title, fontsize=10)
+    else:
+        ax.set_title(title, fontsize=10)
     _save(fig, plt, path, shown)

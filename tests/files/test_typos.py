@@ -75,5 +75,5 @@ def test_nothing_close_lists_the_keys_allowed_there(base, write):
     assert msg.rest == (
         "gpus[1]: unknown key 'colour' "
         "(expected one of: name, free, reserve, layer_ms, sms, clock_ghz, min_layers, max_layers, host, "
-        "mem_bandwidth, buffer)"
+        "mem_bandwidth, buffer, pcie_bandwidth, matrix_tflops)"
     )

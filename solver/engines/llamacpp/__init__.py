@@ -32,20 +32,41 @@ from solver.engines.llamacpp.fields import LlamaFields
 from solver.engines.llamacpp.fitdefault import fit_default
 from solver.engines.llamacpp.layout import COMPUTE_BUFFER, free_memory_split
 from solver.engines.llamacpp.memory import N_BATCH, N_UBATCH
+from solver.engines.llamacpp.prompt import plan_prompt, prompt_model, scored_prompt
 from solver.engines.llamacpp.score import score
 from solver.engines.llamacpp.table import LlamaTable, cpu_moe_fill, stage_fill
 from solver.engines.llamacpp.tensors import Costs, llama_units
 from solver.errors import InputError
 from solver.files.kvcache import KV_TYPES
 from solver.problem.baselines import Baseline, cuts_of
-from solver.problem.placement import Placement, StageFill, bounds_ok, feasible
+from solver.problem.placement import NO_PROMPT_JSON, Placement, PromptSpeed, StageFill, bounds_ok, feasible
 from solver.problem.problem import Problem
 from solver.units import format_size
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from solver.engines.export import Launch, Line
     from solver.files.config import ModelConfig, RigConfig
     from solver.problem.scored import Scored
+
+
+def prompt_tokens(q: Placement) -> str:
+    """A placement's prompt tokens/s for a table cell ('-': not predicted)."""
+    speed = q.prompt
+    return "-" if speed is None or speed.tokens_per_s is None else f"{speed.tokens_per_s:,.1f}"
+
+
+def ttft(q: Placement) -> str:
+    """A placement's time to first token in ms for a table cell ('-': not predicted)."""
+    speed = q.prompt
+    return "-" if speed is None or speed.ttft_ms is None else f"{speed.ttft_ms:,.0f}"
+
+
+def ttft_s(q: Placement) -> str:
+    """A placement's time to first token in seconds for a narrow table cell ('-': not predicted)."""
+    speed = q.prompt
+    return "-" if speed is None or speed.ttft_ms is None else f"{speed.ttft_ms / 1000:,.1f}"
 
 
 #: What stands in for the model file when the model file does not name it.
@@ -125,10 +146,13 @@ class LlamaCpp(BytesSpeed):
         ("switches", lambda q: f"{sum(s.switch_ms for s in q.stages):.3f} ms"),
         ("experts on GPU", lambda q: format_size(sum(s.cache_bytes for s in q.stages))),
         ("experts on CPU", lambda q: format_size(q.host_bytes)),
+        ("prompt tokens/s", prompt_tokens),
+        ("time to 1st token", lambda q: "-" if ttft(q) == "-" else f"{ttft(q)} ms"),
     ]
     sweep: ClassVar[list[tuple[str, PlanCell]]] = [
         ("experts\non CPU", lambda q: format_size(q.host_bytes)),
-        ("CPU\nms", lambda q: ms(sum(s.miss_ms - s.switch_ms for s in q.stages))),
+        ("prompt\nt/s", prompt_tokens),
+        ("TTFT\ns", ttft_s),
     ]
     required = (
         Required("model", "active_experts", "the experts each token uses per MoE layer"),
@@ -158,6 +182,7 @@ class LlamaCpp(BytesSpeed):
             n_ubatch=rig.n_ubatch,
             flash_attn=fa,
             llama_memory=memory.get("llama_memory"),
+            prompt=prompt_model(rig, model, experts),
         )
         return Resolved(
             fields,
@@ -166,6 +191,25 @@ class LlamaCpp(BytesSpeed):
             first_stage_bytes=memory["first_stage_bytes"],
             last_stage_extra=memory["last_stage_extra"],
         )
+
+    def evaluate(
+        self,
+        p: Problem,
+        gpus: list[int] | tuple[int, ...],
+        cuts: list[int] | tuple[int, ...],
+        fill: Callable[[Problem, int, int, int], StageFill] | None = None,
+    ) -> Placement:
+        """The placement (``Engine.evaluate``) with its prompt processing as its export runs it
+        (solver.engines.llamacpp.prompt.plan_prompt), so that the plan, the default split and the
+        proportional one each report theirs."""
+        plan = super().evaluate(p, gpus, cuts, fill)
+        return dataclasses.replace(plan, prompt=plan_prompt(p, plan))
+
+    def plan_json(self, plan: Placement | None) -> dict:
+        """``pp_tokens_per_s``, ``ttft_ms``, ``prompt``, ``n_ubatch`` and ``flash_attn`` (null where
+        there is no plan or its prompt speed is unknown)."""
+        speed: PromptSpeed | None = plan.prompt if plan is not None else None
+        return speed.json() if speed is not None else dict(NO_PROMPT_JSON)
 
     def launch(self, p: Problem, fit_off: bool = False) -> Launch:
         """The GGUF file, with the context, KV cache type, micro-batch and flash attention."""
@@ -268,5 +312,8 @@ class LlamaCpp(BytesSpeed):
         return parse_llama_args(words)
 
     def score(self, p: Problem, args: LlamaArgs) -> Scored:
-        """Where the command puts every layer and expert tensor, timed (solver.engines.llamacpp.score)."""
-        return score(p, args, self)
+        """Where the command puts every layer and expert tensor, timed (solver.engines.llamacpp.score),
+        with its prompt processing at its own ``-ub``/``-b``/``-p`` (solver.engines.llamacpp.prompt)."""
+        scored = score(p, args, self)
+        speed = scored_prompt(scored.problem, scored, args)
+        return dataclasses.replace(scored, placement=dataclasses.replace(scored.placement, prompt=speed))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -26,6 +27,7 @@ class LlamaFields(BytesFields):
     n_ubatch, flash_attn  the micro-batch (``-ub``) and flash attention (``-fa``) the plan assumes
     llama_memory    what the compute buffers were counted from (solver.engines.llamacpp.memory
                     PlanMemory; None: the model file has no ``geometry:`` block, an allowance)
+    prompt          the prompt-processing constants (solver.engines.llamacpp.prompt.PromptModel)
     """
 
     unit_layer: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
@@ -39,6 +41,7 @@ class LlamaFields(BytesFields):
     n_ubatch: int = 512
     flash_attn: bool = True
     llama_memory: object | None = None
+    prompt: Any = None
 
     def at_host_bandwidth(self, rate: float) -> LlamaFields:
         """The units' CPU times at ``rate`` (a problem without a CPU rate keeps its own)."""

@@ -139,7 +139,7 @@ def fit_scored(p: Problem, engine: Engine) -> tuple[FitResult, list[str], Scored
     res, words = fit_rig(p, engine)
     if not words:
         return res, words, None
-    return res, words, score(p, parse_llama_args(words), engine)
+    return res, words, engine.score(p, parse_llama_args(words))
 
 
 def fit_default(p: Problem, engine: Engine) -> Baseline:

@@ -1,0 +1,273 @@
+"""Prompt processing under llama.cpp: how long a prompt of ``prompt`` tokens takes, micro-batch by
+micro-batch, on a plan's stages.
+
+llama.cpp splits a prompt into micro-batches of ``n_ubatch`` tokens (``-ub``, 512 by default) and runs
+each through every stage. Per micro-batch of ``m`` tokens a GPU stage costs:
+
+* **compute**: the FLOPs of its layers' active weights, ``2 * m`` per weight a token uses (the dense
+  weights, and ``active_experts`` of the layer's experts), plus attention, ``4 * m * q_width`` per key
+  the micro-batch attends to (every cell up to its last token), at the card's matrix throughput
+  (``tflops`` of the card table, or the GPU's ``matrix_tflops``) times ``matrix_efficiency``. An expert
+  matrix sees only ``m * active / experts`` tokens, and runs at ``t / (t + EXPERT_HALF_TOKENS)`` of that
+  rate with ``t`` tokens;
+* **copies**: each expert tensor kept in host memory is copied to the stage's GPU over PCIe once per
+  micro-batch and computed there when ``m >= min_batch`` (ggml-cuda's ``ggml_backend_cuda_device_
+  offload_op``: ``GGML_OP_OFFLOAD_MIN_BATCH`` = 32 tokens; an engine with its own threshold gives
+  ``min_batch``): bytes over ``pcie_bandwidth``. A smaller micro-batch computes them on the CPU at
+  ``cpu_flops``.
+
+The stages overlap micro-batches (pipeline parallelism) only when llama.cpp turns it on: several GPUs,
+every layer and the KV cache on GPUs and no tensor override (``src/llama-context.cpp``), so a plan that
+keeps every expert on its GPUs; otherwise the stages' times add. ``ttft_ms`` is the time of the whole
+prompt: the first token comes out of the last micro-batch's logits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from solver.engines.llamacpp.fields import LlamaFields
+from solver.files.cards import DRIVER_MIB, find_card
+from solver.problem.placement import PromptSpeed
+from solver.problem.problem import kv_per_layer_of
+from solver.units import per_layer
+
+if TYPE_CHECKING:
+    from solver.files.config import GpuConfig, ModelConfig, RigConfig
+
+#: ggml-cuda's GGML_OP_OFFLOAD_MIN_BATCH: a weight in host memory is copied to the GPU for a batch of at
+#: least this many tokens, else the CPU computes with it.
+OFFLOAD_MIN_BATCH = 32
+#: Share of the card's dense FP16 matrix throughput prompt processing reaches: llama-bench pp512 of
+#: Llama 3 8B fully on one GPU, 2 x 6.98 B matrix weights x tokens/s over the card's figure: RTX 4090
+#: Q4_0 10,359 t/s (0.44 of 330 TFLOPS, llama.cpp PR #7676), RTX 3090 Q6_K 3,491 t/s (pp2048, 0.34 of
+#: 142 TFLOPS, PR #7860).
+MATRIX_EFFICIENCY = 0.4
+#: Tokens per expert at which an expert matrix runs at half the dense rate: llama.cpp PR #26977's
+#: Qwen3-30B-A3B rows (128 experts, 8 active) gain 1.50x from 4 to 8 and 1.66x from 8 to 16 tokens per
+#: expert, what t / (t + 16) gives (1.67x, 1.50x).
+EXPERT_HALF_TOKENS = 16.0
+#: Share of the PCIe link's rate a host-to-device copy reaches: 12.2 GB/s of Gen3 x16's 15.75 on a
+#: P100 (gearshifft PR #82), 13.1 GB/s on an RTX 2080 Ti (Helixer issue #22), 26.3 GB/s of Gen4 x16's
+#: 31.5 between A6000s (nvbandwidth issue #50).
+PCIE_EFFICIENCY = 0.8
+#: FLOP/s of the CPU computing experts of a micro-batch under ``min_batch`` tokens: 8 cores x 2 AVX2
+#: FMA units x 8 float lanes x 2 FLOPs x 4 GHz, a desktop's peak.
+CPU_FLOPS = 1.0e12
+#: Weight bits a model file without ``expert_bits`` / ``dense_bits`` is taken at (Q4_K).
+DEFAULT_BITS = 4.5
+#: Query heads per KV head taken where the model gives no geometry (Qwen3-30B-A3B, gpt-oss and
+#: Qwen3.5/3.6 all have 8).
+DEFAULT_GQA = 8
+
+
+@dataclass(frozen=True)
+class PromptModel:
+    """What the prompt time reads, resolved from the rig and model.
+
+    flops (k,)      FLOP/s each GPU reaches (throughput x efficiency; 0: unknown)
+    pcie (k,)       bytes/s each GPU's host copies reach (0: unknown)
+    dense (L,)      FLOPs per token of each layer's dense weights
+    expert (L,)     FLOPs per token of each layer's active experts
+    attention (L,)  FLOPs per token per key attended (0 for layers without a KV cache)
+    tokens_share (L,)  active / experts of each layer (the share of a micro-batch an expert sees)
+    expert_bytes (L,)  bytes of each layer's experts, all of them
+    """
+
+    flops: np.ndarray
+    pcie: np.ndarray
+    dense: np.ndarray
+    expert: np.ndarray
+    attention: np.ndarray
+    tokens_share: np.ndarray
+    expert_bytes: np.ndarray
+    prompt: int = 2048
+    n_ubatch: int = 512
+    flash_attn: bool = True
+    min_batch: int = OFFLOAD_MIN_BATCH
+    cpu_flops: float = CPU_FLOPS
+    depth: int = 0
+
+    @property
+    def known(self) -> bool:
+        """Every GPU's matrix throughput is known (else no prompt speed is predicted)."""
+        return bool(np.all(self.flops > 0))
+
+    def micro_batches(self, prompt: int | None = None, n_ubatch: int | None = None) -> list[int]:
+        """The micro-batch sizes of a prompt, in order."""
+        p, n = prompt or self.prompt, n_ubatch or self.n_ubatch
+        return [n] * (p // n) + ([p % n] if p % n else [])
+
+    def stage_ms(self, g: int, a: int, b: int, host_bytes: int, m: int, pos: int) -> float:
+        """ms GPU g takes for layers [a, b) on a micro-batch of ``m`` tokens after ``pos`` in the cache,
+        with ``host_bytes`` of their experts in host memory."""
+        t = m * self.tokens_share[a:b]
+        sat = np.where(t > 0, t / (t + EXPERT_HALF_TOKENS), 1.0)
+        expert = float(np.sum(self.expert[a:b] * m / sat))
+        work = m * float(self.dense[a:b].sum()) + m * (pos + m) * float(self.attention[a:b].sum())
+        ms = 0.0
+        if host_bytes:
+            if m >= self.min_batch:
+                ms += 1000.0 * host_bytes / max(float(self.pcie[g]), 1.0)
+            else:  # the CPU computes the experts in host memory, the GPU the rest
+                host = min(1.0, host_bytes / max(float(self.expert_bytes[a:b].sum()), 1.0))
+                ms += 1000.0 * host * m * float(self.expert[a:b].sum()) / self.cpu_flops
+                expert *= 1.0 - host
+        return ms + 1000.0 * (work + expert) / float(self.flops[g])
+
+    def time_ms(
+        self,
+        stages: list[tuple[int, int, int, int]],
+        pipeline: bool,
+        prompt: int | None = None,
+        n_ubatch: int | None = None,
+    ) -> float:
+        """ms the prompt takes on ``stages`` ((gpu, start, end, host bytes) in order): the micro-batches
+        one after another through the stages, overlapped across stages when ``pipeline``."""
+        sizes = self.micro_batches(prompt, n_ubatch)
+        pos = self.depth
+        times = []
+        for m in sizes:
+            times.append([self.stage_ms(g, a, b, h, m, pos) for g, a, b, h in stages])
+            pos += m
+        if not pipeline:
+            return float(sum(sum(row) for row in times))
+        done = [0.0] * len(stages)
+        for row in times:  # finish[s][j] = max(finish[s-1][j], finish[s][j-1]) + t[s][j]
+            prev = 0.0
+            for s, t in enumerate(row):
+                done[s] = max(done[s], prev) + t
+                prev = done[s]
+        return float(done[-1]) if done else 0.0
+
+
+def prompt_speed(
+    pm: PromptModel, stages: list[tuple[int, int, int, int]], pipeline: bool, n_ubatch: int | None = None
+) -> PromptSpeed:
+    """The prompt speed of ``stages`` (see ``PromptModel.time_ms``); its figures None when a GPU's
+    matrix throughput is unknown or there are no GPU stages (the run's settings are still given)."""
+    n = n_ubatch or pm.n_ubatch
+    if not pm.known or not stages:
+        return PromptSpeed(None, None, pm.prompt, n, pipeline, pm.flash_attn)
+    ms = pm.time_ms(stages, pipeline, n_ubatch=n)
+    return PromptSpeed(1000.0 * pm.prompt / ms, ms, pm.prompt, n, pipeline, pm.flash_attn)
+
+
+def _card(gpu: GpuConfig):
+    """The card table's row for the GPU (None when unknown or ambiguous)."""
+    if gpu.name is None:
+        return None
+    try:
+        return find_card(gpu.name, total_mib=gpu.free // 2**20 + DRIVER_MIB)
+    except ValueError:
+        return None
+
+
+def gpu_tflops(gpu: GpuConfig) -> float | None:
+    """The GPU's dense FP16 matrix TFLOPS: its rig entry's, else the card table's."""
+    if gpu.matrix_tflops is not None:
+        return gpu.matrix_tflops
+    card = _card(gpu)
+    return card.tflops if card is not None else None
+
+
+def gpu_pcie(gpu: GpuConfig) -> float | None:
+    """Bytes/s of the GPU's host link: its rig entry's ``pcie_bandwidth`` (the rate copies reach), else
+    the card table's link rate (PCIE_EFFICIENCY is applied to that one only)."""
+    if gpu.pcie_bandwidth is not None:
+        return float(gpu.pcie_bandwidth)
+    card = _card(gpu)
+    return float(card.pcie_bandwidth) if card is not None and card.pcie_bandwidth else None
+
+
+def _layers(value, n: int) -> np.ndarray:
+    return np.asarray(per_layer(value, n), dtype=np.float64)
+
+
+def prompt_model(rig: RigConfig, model: ModelConfig, experts: np.ndarray) -> PromptModel:
+    """The rig's and model's prompt constants (the module docstring); ``experts`` (L,) routed experts
+    per layer."""
+    eff = MATRIX_EFFICIENCY if rig.matrix_efficiency is None else rig.matrix_efficiency
+    pcie_eff = PCIE_EFFICIENCY if rig.pcie_efficiency is None else rig.pcie_efficiency
+    flops = np.array([(gpu_tflops(g) or 0.0) * 1e12 * eff for g in rig.gpus], dtype=np.float64)
+    pcie = []
+    for g in rig.gpus:
+        rate = gpu_pcie(g) or 0.0
+        pcie.append(rate if g.pcie_bandwidth is not None else rate * pcie_eff)
+    n = model.layers
+    e = np.asarray(experts, dtype=np.float64)
+    expert_bits = model.expert_bits or DEFAULT_BITS
+    dense_bits = model.dense_bits or DEFAULT_BITS
+    expert_bytes = _layers(model.expert_bytes, n) * e
+    active = float(model.active_experts or 0)
+    share = np.where(e > 0, active / np.maximum(e, 1), 0.0)
+    dense = 2.0 * _layers(model.dense_bytes or 0, n) * 8.0 / dense_bits
+    expert = 2.0 * expert_bytes * share * 8.0 / expert_bits
+    kv_layer = np.asarray(kv_per_layer_of(model), dtype=np.float64)
+    # an f16 cache holds head_kv * (head_k + head_v) * 2 bytes per token; queries are DEFAULT_GQA x the
+    # KV heads, so 4 FLOPs per query width per key is 4 * DEFAULT_GQA * kv / 4
+    attention = DEFAULT_GQA * kv_layer
+    return PromptModel(
+        flops=flops,
+        pcie=np.array(pcie, dtype=np.float64),
+        dense=dense,
+        expert=expert,
+        attention=attention,
+        tokens_share=share,
+        expert_bytes=expert_bytes,
+        prompt=rig.prompt,
+        n_ubatch=rig.n_ubatch,
+        flash_attn=rig.flash_attn == "on",
+        depth=rig.depth,
+    )
+
+
+def with_run(pm: PromptModel, **change) -> PromptModel:
+    """The model with some settings changed (``prompt``, ``n_ubatch``, ``depth``, ``min_batch``)."""
+    return replace(pm, **change)
+
+
+def _flag(ignored: tuple[str, ...], names: tuple[str, ...]) -> int | None:
+    """The integer value of the last of ``names`` among a command's words left unmodelled."""
+    value = None
+    for w in ignored:
+        head, _, rest = w.partition(" ")
+        if head in names and rest.strip().lstrip("-").isdigit():
+            value = int(rest.strip())
+    return value
+
+
+def scored_prompt(q, scored, args, depth: int | None = None) -> PromptSpeed | None:
+    """The prompt speed of a scored llama.cpp command: its stages, its ``-ub``/``-b`` (the micro-batch is
+    the smaller) and llama-bench's ``-p`` for the prompt, at ``depth`` tokens already in the cache
+    (default: llama-bench's ``-d``, else the rig's); pipeline parallelism only with several GPU stages,
+    no layer and no expert tensor in host memory. None without a prompt model."""
+    pm = LlamaFields.of(q).prompt
+    if pm is None:
+        return None
+    ubatch = args.n_ubatch or pm.n_ubatch
+    batch = args.n_batch or 2048
+    prompt = _flag(args.ignored, ("-p", "--n-prompt")) or pm.prompt
+    if depth is None:
+        depth = args.depth if args.depth is not None else pm.depth
+    stages = [(s.gpu, s.start, s.end, s.host_bytes) for s in scored.placement.stages]
+    on_cpu = scored.cpu_layers[1] > scored.cpu_layers[0]
+    pipeline = len(stages) > 1 and not on_cpu and not any(h for *_, h in stages)
+    flash = pm.flash_attn if args.flash_attn is None else args.flash_attn != "off"
+    run = replace(pm, prompt=prompt, depth=depth, n_ubatch=min(ubatch, batch, prompt), flash_attn=flash)
+    return prompt_speed(run, stages, pipeline)
+
+
+def plan_prompt(p, plan) -> PromptSpeed | None:
+    """The prompt speed of a plan's placement on problem ``p`` as its export runs it: the rig's
+    ``n_ubatch`` (at most the prompt), every layer on its GPU, so the stages pipeline when no expert
+    is in host memory (None without a prompt model)."""
+    pm = LlamaFields.of(p).prompt
+    if pm is None or plan is None:
+        return None
+    stages = [(s.gpu, s.start, s.end, s.host_bytes) for s in plan.stages]
+    pipeline = len(stages) > 1 and not any(h for *_, h in stages)
+    return prompt_speed(replace(pm, n_ubatch=min(pm.n_ubatch, pm.prompt)), stages, pipeline)
