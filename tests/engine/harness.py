@@ -33,6 +33,10 @@ import numpy as np
 from gguf import GGUFWriter
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
+from solver.engines.llamacpp import verify
+from solver.engines.llamacpp.verify import Usage
+from tests.helpers.ggufbuild import add_kv
+
 Q = GGMLQuantizationType
 MiB = 1024 * 1024
 DEFAULT_BIN = Path.home() / ".cache/moesplit/llama.cpp-11434.0.0/build/bin"
@@ -452,28 +456,12 @@ MODELS: dict[str, Callable[[], ModelSpec]] = {
 }
 
 
-def _add_kv(writer: GGUFWriter, key: str, value: object) -> None:
-    """One metadata value: bools, ints as uint32, floats as float32, strings, lists as arrays."""
-    if isinstance(value, bool):
-        writer.add_bool(key, value)
-    elif isinstance(value, int):
-        writer.add_uint32(key, value)
-    elif isinstance(value, float):
-        writer.add_float32(key, value)
-    elif isinstance(value, str):
-        writer.add_string(key, value)
-    elif isinstance(value, list):
-        writer.add_array(key, value)
-    else:
-        raise TypeError(f"{key}: {type(value)}")
-
-
 def write_sparse_gguf(path: Path, spec: ModelSpec) -> int:
     """Write ``spec``'s header and extend the file over its (unwritten, sparse) data region plus a MiB
     of slack; returns the apparent size. Only the header occupies disk blocks."""
     writer = GGUFWriter(path, spec.arch)
     for key, value in spec.kv.items():
-        _add_kv(writer, key, value)
+        add_kv(writer, key, value)
     total = 0
     for t in spec.tensors:
         writer.add_tensor_info(
@@ -556,19 +544,6 @@ def rpc_servers(
 
 
 @dataclass(frozen=True)
-class Usage:
-    """One device's estimate in MiB as fit-print prints it (each figure truncated to whole MiB)."""
-
-    model: int
-    context: int
-    compute: int
-
-    @property
-    def total(self) -> int:
-        return self.model + self.context + self.compute
-
-
-@dataclass(frozen=True)
 class FitPrint:
     """fit-print's table: devices in llama.cpp's order, the host's line, and the run's log."""
 
@@ -578,26 +553,11 @@ class FitPrint:
     seconds: float = 0.0
 
 
-_USAGE_LINE = re.compile(r"^(\S+) (\d+) (\d+) (\d+)\s*$")
-
-
 def parse_fit_print(stdout: str) -> tuple[dict[str, Usage], Usage]:
-    """The ``NAME model context compute`` lines (MiB) fit-print writes to stdout, and its ``Host``
-    line; anything else on stdout is ignored."""
-    devices: dict[str, Usage] = {}
-    host: Usage | None = None
-    for line in stdout.splitlines():
-        m = _USAGE_LINE.match(line.strip())
-        if not m:
-            continue
-        usage = Usage(int(m[2]), int(m[3]), int(m[4]))
-        if m[1] == "Host":
-            host = usage
-        else:
-            devices[m[1]] = usage
-    if host is None:
-        raise ValueError("no Host line in fit-print output")
-    return devices, host
+    """fit-print's device lines by device name, and its ``Host`` line (the product's own parser,
+    solver.engines.llamacpp.verify)."""
+    devices, host = verify.parse_fit_print(stdout)
+    return {u.name: u for u in devices}, host
 
 
 def fit_print(

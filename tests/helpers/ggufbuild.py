@@ -32,7 +32,7 @@ class Tensor:
     shape: tuple[int, ...]
 
 
-def _add_kv(writer: GGUFWriter, key: str, value: object) -> None:
+def add_kv(writer: GGUFWriter, key: str, value: object) -> None:
     """One metadata value: ints as uint32, floats as float32, strings, bools, lists as arrays."""
     if isinstance(value, bool):
         writer.add_bool(key, value)
@@ -66,7 +66,7 @@ def write_gguf(
     """A GGUF file (or shards ``STEM-0000k-of-0000n.gguf`` when split) with these keys and tensors."""
     writer = GGUFWriter(path, arch, split_max_tensors=split_max_tensors)
     for key, value in kv.items():
-        _add_kv(writer, key, value)
+        add_kv(writer, key, value)
     for t in tensors:
         raw = None if t.qtype in (Q.F32, Q.F16) else t.qtype
         writer.add_tensor(t.name, _data(t), raw_dtype=raw)
@@ -80,7 +80,7 @@ def write_sparse_gguf(path: Path, arch: str, kv: dict[str, object], tensors: lis
     """A GGUF header declaring ``tensors`` over a sparse (unwritten) data region; returns the file size."""
     writer = GGUFWriter(path, arch)
     for key, value in kv.items():
-        _add_kv(writer, key, value)
+        add_kv(writer, key, value)
     total = 0
     for t in tensors:
         block, size = GGML_QUANT_SIZES[t.qtype]
