@@ -5,6 +5,7 @@ and its -ot search (src/llama-load-tensors.cpp get_context_for_tensor) put exact
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from pathlib import Path
@@ -250,3 +251,16 @@ def test_rig_new_offers_the_engine(tmp_path) -> None:
     )
     assert res.exit_code == 0, res.output
     assert "engine: ik_llama.cpp" in out.read_text()
+
+
+def test_a_rig_over_several_hosts_is_refused_with_its_reason(tmp_path) -> None:
+    """ik's rpc device order is not modelled: exit 3 with the reason, never a plan the export refuses."""
+    text = (ROOT / "rigs" / "two-hosts.yaml").read_text().replace("engine: llama.cpp", "engine: ik_llama.cpp")
+    model = (ROOT / "rigs" / "two-hosts.yaml").parent / "../models/gpt-oss-120b-mxfp4.yaml"
+    rig = tmp_path / "ik-hosts.yaml"
+    rig.write_text(text.replace('"../models/gpt-oss-120b-mxfp4.yaml"', f'"{model.resolve()}"'))
+    from tests.helpers.clirun import invoke
+
+    result = invoke(rig)
+    assert result.exit_code == 3, result.output
+    assert "several hosts" in json.loads(result.stdout)["reason"]

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from solver.engines.base import Resolved, Shape
+from solver.engines.base import Orders, Resolved, Shape
 from solver.engines.export import Command, context_flag, device_order, placeholder
 from solver.engines.ik_llama.args import IkArgs, parse_ik_args
 from solver.engines.ik_llama.bench import bench_row
@@ -78,6 +78,13 @@ class IkLlama(LlamaCpp):
         f = IkFields.of(p)
         fields = {x.name: getattr(base, x.name) for x in dataclasses.fields(base)}
         return IkLaunch(**fields, layer_sizes=tuple(layer_sizes(p)), max_compute=f.max_compute)
+
+    def orders(self, p: Problem) -> Orders | None:
+        """mainline's device limit, and one host: ik's device order over rpc-servers is not modelled, so
+        a rig over several hosts is refused here rather than planned for an export that cannot say it."""
+        if len(set(p.hosts.tolist())) > 1:
+            return Orders([], "ik_llama.cpp over several hosts (--rpc) is not planned; list one host's GPUs")
+        return super().orders(p)
 
     def export(self, plan: Shape) -> list[Line]:
         """``llama-server -m MODEL.gguf -c CONTEXT -sm layer -ngl 999 -ts ... -ot ...=CPU`` (ik's spellings;
