@@ -221,7 +221,9 @@ def random_rig(seed: int, folder: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize("seed", range(24))
+@pytest.mark.parametrize(
+    "seed", [*range(4), *(pytest.param(s, marks=pytest.mark.slow) for s in range(4, 24))]
+)  # the quick tier loads four
 def test_random_rig_exports_load_where_the_plan_says(
     seed: int, llama_bin: Path, gguf_dir: Path, tmp_path: Path
 ) -> None:

@@ -83,7 +83,14 @@ def test_fixture_covers_every_architecture() -> None:
     assert any(m["nextn_layers"] for m in _data()["models"].values())  # GLM-4.5-Air's MTP block
 
 
-@pytest.mark.parametrize("key", sorted(_data()["models"]))
+#: The models whose recorded commands the quick tier replays (every architecture's run in the full suite).
+QUICK_MODELS = {"qwen3-30b-a3b", "gpt-oss-20b"}
+
+
+@pytest.mark.parametrize(
+    "key",
+    [k if k in QUICK_MODELS else pytest.param(k, marks=pytest.mark.slow) for k in sorted(_data()["models"])],
+)
 def test_every_command_agrees(key: str) -> None:
     """Every device line and the host line of every command of this model: context and compute within
     max(2 %, 64 MiB) of fit-print (they are in fact exact to the MiB)."""

@@ -127,6 +127,7 @@ def test_the_plot_draws_tokens_per_second_against_context(tmp_path, monkeypatch)
     )
 
 
+@pytest.mark.slow
 def test_a_context_beyond_the_model_warns_and_is_marked(tmp_path):
     """The model supports 40,960 tokens: 64K is planned as given, warned once on stderr (as --context
     warns), starred in the table; every row says the KV-cache depth its speed is predicted at."""
