@@ -16,7 +16,7 @@ its buffers hold (each layer's dense bytes on the layer's device, each expert te
 ``-ot`` rules put it, the output on the output's device), the KV cache and the compute buffer that
 ``memory.estimate`` gives for the dry run's own placement (its ``-ot`` rules too, those to another
 GPU's buffer included: fit's "extra layer"). The weights are moesplit's byte counts, which move expert
-tensors only: a rule fit writes for an extra layer (``blk\.N\.ffn_down.*``) also takes the layer's shared
+tensors only: a rule fit writes for an extra layer (``blk\\.N\\.ffn_down.*``) also takes the layer's shared
 expert and router tensors along in llama.cpp, which the count leaves on the layer's device.
 """
 
@@ -152,7 +152,8 @@ class ExactOracle:
         for g in range(k + 1):
             weights[g] += int(placed[:, g].sum())
         weights[k if output == CPU else output] += q.last_stage_bytes - self.pm.last_extra
-        weights[k if not layers or layers[0] == CPU else layers[0]] += q.first_stage_bytes - self.pm.first_extra
+        first = k if not layers or layers[0] == CPU else layers[0]
+        weights[first] += q.first_stage_bytes - self.pm.first_extra
         placement = command_placement(self.pm.geometry, args, dev, layers, output)
         est = memory.estimate(self.pm.geometry, placement, command_flags(q, args))
         pos = {gpu: i for i, gpu in enumerate(dev.model)}
