@@ -9,16 +9,16 @@ its ``-fitt`` margin plus the 1024 MiB fit keeps. Two checks:
 * **the dry runs**: fit run on the binary's recorded measurements (so it walks the binary's path), each
   dry run also answered by ``ExactOracle``; on every dry run with a ``-ts`` (an explicit split, the same
   layers on both sides) the KV cache is exact, the compute buffer within 1 MiB, and the weights within
-  27 MiB: moesplit moves expert tensors only, while fit's extra-layer rules (``blk\\.N\\.ffn_down.*``,
-  ``blk\\.N\\.ffn_(gate|gate_up|down).*``) move the layer's shared-expert, router and expert-bias tensors
-  too (up to 1 MiB on qwen3-30b-a3b, 2 on qwen3-235b, 8 on deepseek-v2-lite, 14 on glm-4.5-air, 27 on
-  gpt-oss-120b).
+  15 MiB: moesplit moves expert tensors only, while fit's extra-layer rules (``blk\\.N\\.ffn_down.*``,
+  ``blk\\.N\\.ffn_(gate|gate_up|down).*``) move the layer's shared-expert and router tensors too, whose
+  bytes the model file gives only inside the layer's ``dense_bytes`` (up to 1 MiB on qwen3-30b-a3b, 1.4
+  on gpt-oss-120b, 2 on qwen3-235b, 8 on deepseek-v2-lite, 14 on glm-4.5-air).
 * **the commands**: moesplit's fit default alone on the rig prints the binary's ``-ngl -ts -ot`` (buffer
   ``CUDAi`` read as the case's ``RPC0[host:port]`` of device i) on at least ``AGREE`` of the cases. The
   others differ for two reasons: the recordings' devices all report the host's free memory, so the
   binary's first dry run (``-ngl auto``, no ``-ts``) splits layers evenly where the rig, whose cards
-  differ, splits them by free memory (the first measurement then fits on the rig and fit stops at once:
-  5 cases); and the weights above, which change one extra-layer choice (2 cases, gpt-oss-120b).
+  differ, splits them by free memory; the rig's first dry run then fits and fit stops at once with
+  ``-ngl -1`` (5 cases: deepseek-v2-lite-small-03, qwen3-30b-a3b-06, -07, -09, -small-01).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from tests.engine import harness
 
 CASES = sorted((Path(__file__).resolve().parents[1] / "fixtures" / "fit").glob("*.json"))
 #: Cases whose command moesplit's fit default prints byte for byte (of 46; see the module docstring).
-AGREE = 39
+AGREE = 41
 
 
 def _eligible(rec: dict) -> bool:
@@ -105,7 +105,7 @@ def test_the_exact_dry_run_is_llamacpps_count(models, tmp_path):
                     n += 1
                     assert got.context == want[1], (rec["name"], key)
                     assert abs(got.compute - want[2]) < MiB, (rec["name"], key)
-                    assert abs(got.model - want[0]) <= 27 * MiB, (rec["name"], key)
+                    assert abs(got.model - want[0]) <= 15 * MiB, (rec["name"], key)
             f = rec["free_bytes"]
             free = [d.free for d in mine.devices]
             devices = tuple(DeviceMemory(free[i], free[i], *b) for i, b in enumerate(m["bytes"]))

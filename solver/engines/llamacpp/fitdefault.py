@@ -12,7 +12,8 @@ is at most 1024 MiB.
 
 Where the model file has a ``geometry:`` block (``solve model from-gguf`` writes one), the dry run is
 ``ExactOracle`` instead, llama.cpp's own count (``llama-fit-params --fit-print``): per device the weights
-its buffers hold (each layer's dense bytes on the layer's device, each expert tensor where the dry run's
+its buffers hold (each layer's ``dense_bytes`` on the layer's device, not a sliding-window cache the
+model file counts as state, each expert tensor where the dry run's
 ``-ot`` rules put it, the output on the output's device), the KV cache and the compute buffer that
 ``memory.estimate`` gives for the dry run's own placement (its ``-ot`` rules too, those to another
 GPU's buffer included: fit's "extra layer"). The weights are moesplit's byte counts, which move expert
@@ -146,9 +147,8 @@ class ExactOracle:
         placed, _, _ = placed_bytes(q, Costs.of(q), args, dev, layers)
         k = q.n_gpus
         weights = [0] * (k + 1)  # the CPU last
-        kv = q.kv_per_layer if q.kv_per_layer is not None else [0] * q.n_layers
         for layer, d in enumerate(layers):
-            weights[k if d == CPU else d] += _padded(int(q.layer_bytes[layer]) - int(kv[layer]) * q.context)
+            weights[k if d == CPU else d] += _padded(self.pm.dense[layer])
         for g in range(k + 1):
             weights[g] += int(placed[:, g].sum())
         weights[k if output == CPU else output] += q.last_stage_bytes - self.pm.last_extra
@@ -170,7 +170,7 @@ def oracle_for(p: Problem, rig: FitRig, engine: Engine) -> Oracle:
     """The dry run fit runs on: llama.cpp's own count where the model file has a geometry and the flags
     are ones llama.cpp accepts (``ExactOracle``), moesplit's memory count otherwise (``ProblemOracle``)."""
     pm = LlamaFields.of(p).llama_memory
-    if isinstance(pm, memory.PlanMemory) and memory.refusal(pm.geometry, pm.flags) is None:
+    if isinstance(pm, memory.PlanMemory) and pm.dense and memory.refusal(pm.geometry, pm.flags) is None:
         return ExactOracle(p, rig, pm)
     return ProblemOracle(p, rig, engine)
 
