@@ -41,7 +41,7 @@ from solver.files.kvcache import KV_TYPES
 from solver.problem.baselines import Baseline, cuts_of
 from solver.problem.placement import NO_PROMPT_JSON, Placement, PromptSpeed, StageFill, bounds_ok, feasible
 from solver.problem.problem import Problem
-from solver.units import format_size
+from solver.units import format_size, per_layer
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -114,11 +114,12 @@ def _compute_buffers(rig: RigConfig, model: ModelConfig) -> dict:
         if rig.idle_gpus:  # a plan may run on one GPU alone: its stage is first and last at once
             tail += max(r.only - (r.middle + head + tail), 0)
     counted = tuple(None if gpu.buffer is not None else each for gpu in rig.gpus)
+    dense = per_layer(model.dense_bytes, model.layers)
     return {
         "buffers": [each] * k,
         "last_stage_extra": tail,
         "first_stage_bytes": first + head,
-        "llama_memory": llama_memory.PlanMemory(g, flags, counted, head, tail),
+        "llama_memory": llama_memory.PlanMemory(g, flags, counted, head, tail, tuple(dense)),
     }
 
 

@@ -38,6 +38,22 @@ def refusal(p: Problem, args: LlamaArgs) -> str | None:
     return memory.refusal(g, command_flags(p, args))
 
 
+def command_placement(
+    g: memory.Geometry, args: LlamaArgs, dev: Devices, layers: list[int], output: int
+) -> memory.Placement:
+    """The command's placement in memory.Placement's terms: every layer slot's device (the nextn slots
+    with the output's) and its ``-ot`` rules with their buffers (``CPU``, ``CUDAi``, ``RPC0[host:port]``,
+    another GPU's buffer too: fit's "extra layer") as the model device (``RPCi``) they name."""
+    pos = {gpu: i for i, gpu in enumerate(dev.model)}
+    slots = [-1 if d == CPU else pos[d] for d in layers]
+    slots += [-1 if output == CPU else pos[output]] * (g.n_layer_all + 1 - len(slots))
+    rules = []
+    for pattern, buft in args.overrides:
+        gpu = CPU if buft == "CPU" else dev.of_buffer(buft, f"{pattern}={buft}")
+        rules.append((pattern, "CPU" if gpu == CPU else f"RPC{pos[gpu]}"))
+    return memory.Placement(len(dev.model), overrides=tuple(rules), slots=tuple(slots))
+
+
 def with_command_memory(
     p: Problem, args: LlamaArgs, dev: Devices, layers: list[int], output: int
 ) -> tuple[Problem, int, list[str]]:
@@ -49,20 +65,7 @@ def with_command_memory(
     flags = command_flags(p, args)
     if not isinstance(pm, memory.PlanMemory) or memory.refusal(pm.geometry, flags):
         return p, 0, []
-    g = pm.geometry
-    pos = {gpu: i for i, gpu in enumerate(dev.model)}
-    slots = [-1 if d == CPU else pos[d] for d in layers]
-    slots += [-1 if output == CPU else pos[output]] * (g.n_layer_all + 1 - len(slots))
-    targets = {"CPU": "CPU"}
-    rules = []
-    for pattern, buft in args.overrides:
-        where = targets.get(buft)
-        if where is None:
-            gpu = dev.of_buffer(buft, f"{pattern}={buft}")
-            where = "CPU" if gpu == CPU else f"RPC{pos[gpu]}"
-        rules.append((pattern, where))
-    placement = memory.Placement(len(dev.model), overrides=tuple(rules), slots=tuple(slots))
-    est = memory.estimate(g, placement, flags)
+    est = memory.estimate(pm.geometry, command_placement(pm.geometry, args, dev, layers, output), flags)
     reserve = p.reserve.copy()
     for i, gpu in enumerate(dev.model):
         if pm.buffers[gpu] is not None:

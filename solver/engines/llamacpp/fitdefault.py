@@ -10,9 +10,15 @@ llama.cpp. ``free`` is the rig's ``free``: the margin is fit's own (1024 MiB per
 ``reserve`` is the plan's alone, so fit's placement fits the plan's rooms whenever a card's ``reserve``
 is at most 1024 MiB.
 
-The seam for llama.cpp's exact memory model (branch ``memory``, ``estimate(geometry, placement,
-flags)``): ``oracle_for`` is the one place that picks the dry run; once that model is in, a model file with
-a ``geometry:`` block gets an oracle answering from it, and this count stays for the others.
+Where the model file has a ``geometry:`` block (``solve model from-gguf`` writes one), the dry run is
+``ExactOracle`` instead, llama.cpp's own count (``llama-fit-params --fit-print``): per device the weights
+its buffers hold (each layer's ``dense_bytes`` on the layer's device, not a sliding-window cache the
+model file counts as state, each expert tensor where the dry run's
+``-ot`` rules put it, the output on the output's device), the KV cache and the compute buffer that
+``memory.estimate`` gives for the dry run's own placement (its ``-ot`` rules too, those to another
+GPU's buffer included: fit's "extra layer"). The weights are moesplit's byte counts, which move expert
+tensors only: a rule fit writes for an extra layer (``blk\\.N\\.ffn_down.*``) also takes the layer's shared
+expert and router tensors along in llama.cpp, which the count leaves on the layer's device.
 """
 
 from __future__ import annotations
@@ -23,7 +29,10 @@ from dataclasses import dataclass
 from solver.engines.base import Engine
 from solver.engines.export import LLAMA_MAX_SPLITS
 from solver.engines.export_hosts import Hosts, llama_rpc_lines
+from solver.engines.llamacpp import memory
 from solver.engines.llamacpp.args import parse_llama_args
+from solver.engines.llamacpp.commandmemory import command_flags, command_placement
+from solver.engines.llamacpp.devices import CPU, devices_of, layer_devices, placed_bytes
 from solver.engines.llamacpp.fields import LlamaFields
 from solver.engines.llamacpp.fit import (
     DeviceMemory,
@@ -37,7 +46,8 @@ from solver.engines.llamacpp.fit import (
     UserParams,
     fit,
 )
-from solver.engines.llamacpp.score import score
+from solver.engines.llamacpp.score import run_problem, score
+from solver.engines.llamacpp.tensors import Costs
 from solver.problem.baselines import Baseline
 from solver.problem.problem import Problem
 from solver.problem.scored import Scored
@@ -111,9 +121,57 @@ class ProblemOracle:
         return Measurement(tuple(devices), DeviceMemory(0, 0, host.need_bytes, 0, 0))
 
 
+def _padded(n: int) -> int:
+    """``n`` bytes padded to the CPU/RPC buffer's alignment, as llama.cpp pads each tensor (the model file
+    gives a layer's dense bytes as one sum, so the sum is padded: exact where every tensor is a multiple
+    of 32 bytes, as the K-quant and f32 tensors of these models are)."""
+    return (n + memory.ALIGNMENT - 1) // memory.ALIGNMENT * memory.ALIGNMENT
+
+
+@dataclass
+class ExactOracle:
+    """fit's dry run answered as llama.cpp counts it, for a model file with a geometry (see the module
+    docstring): weights from moesplit's byte counts placed as the dry run's ``-ngl -ts -ot`` place them,
+    context and compute from ``memory.estimate`` of the same placement."""
+
+    p: Problem
+    rig: FitRig
+    pm: memory.PlanMemory
+
+    def __call__(self, run: DryRun) -> Measurement:
+        words = [*self.rig.words, *run.args()[2:], *kv_words(self.p)]
+        args = parse_llama_args(words)
+        q, _ = run_problem(self.p, args)
+        dev = devices_of(q, args)
+        layers, output = layer_devices(q, args, dev)
+        placed, _, _ = placed_bytes(q, Costs.of(q), args, dev, layers)
+        k = q.n_gpus
+        weights = [0] * (k + 1)  # the CPU last
+        for layer, d in enumerate(layers):
+            weights[k if d == CPU else d] += _padded(self.pm.dense[layer])
+        for g in range(k + 1):
+            weights[g] += int(placed[:, g].sum())
+        weights[k if output == CPU else output] += q.last_stage_bytes - self.pm.last_extra
+        first = k if not layers or layers[0] == CPU else layers[0]
+        weights[first] += q.first_stage_bytes - self.pm.first_extra
+        placement = command_placement(self.pm.geometry, args, dev, layers, output)
+        est = memory.estimate(self.pm.geometry, placement, command_flags(q, args))
+        pos = {gpu: i for i, gpu in enumerate(dev.model)}
+        devices = []
+        for g in self.rig.gpus:
+            free = int(self.p.free[g])
+            use = est.devices[pos[g]] if g in pos else memory.Usage()
+            devices.append(DeviceMemory(free, free, weights[g], use.context, use.compute))
+        host = DeviceMemory(0, 0, weights[k], est.host.context, est.host.compute)
+        return Measurement(tuple(devices), host)
+
+
 def oracle_for(p: Problem, rig: FitRig, engine: Engine) -> Oracle:
-    """The dry run fit runs on: moesplit's memory count (the seam for llama.cpp's exact model, see the
-    module docstring)."""
+    """The dry run fit runs on: llama.cpp's own count where the model file has a geometry and the flags
+    are ones llama.cpp accepts (``ExactOracle``), moesplit's memory count otherwise (``ProblemOracle``)."""
+    pm = LlamaFields.of(p).llama_memory
+    if isinstance(pm, memory.PlanMemory) and pm.dense and memory.refusal(pm.geometry, pm.flags) is None:
+        return ExactOracle(p, rig, pm)
     return ProblemOracle(p, rig, engine)
 
 

@@ -1119,10 +1119,14 @@ def role_compute(g: Geometry, f: Flags) -> Roles:
 class PlanMemory:
     """What a plan counted for llama.cpp's compute buffers: the geometry and flags, each GPU's
     ``buffer`` (None where the rig's ``buffer:`` key replaced it), and what the first and last stages
-    count beyond it; a score takes them off again and counts the command's exact figures."""
+    count beyond it; a score takes them off again and counts the command's exact figures. ``dense`` is
+    each layer's weights alone (the model file's ``dense_bytes``): a problem's ``layer_bytes`` adds the
+    layer's state (a sliding-window cache counted as fixed state) and KV cache, which llama.cpp counts as
+    context, not weights (the exact --fit dry run, solver.engines.llamacpp.fitdefault, needs them apart)."""
 
     geometry: Geometry
     flags: Flags
     buffers: tuple[int | None, ...]
     first_extra: int
     last_extra: int
+    dense: tuple[int, ...] = ()
