@@ -88,6 +88,7 @@ def _fit(rec: dict, p, oracle):
     return fit(ModelInfo(**rec["model_info"]), rig.devices, user, oracle)
 
 
+@pytest.mark.slow
 def test_the_exact_dry_run_is_llamacpps_count(models, tmp_path):
     n = 0
     for rec in RECS:
@@ -115,6 +116,7 @@ def test_the_exact_dry_run_is_llamacpps_count(models, tmp_path):
     assert n > 1000
 
 
+@pytest.mark.slow
 def test_the_fit_default_prints_the_binarys_command(models, tmp_path):
     agree = []
     for rec in RECS:
