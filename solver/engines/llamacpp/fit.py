@@ -684,43 +684,25 @@ class _Fit:
                 test[id_].n_part = (test[id_].n_part + 1) & U32
                 if test[id_dense_start_test].n_part == 0:
                     id_dense_start_test += 1
-                test[id_].overflow_type = LayerFraction.UP
                 overflow_bufts_test = list(overflow_bufts)
                 if id_ < nd - 1:
                     overflow_bufts_test[id_] = self.devs[id_ + 1].buft
-                self.trc("trying to fit one extra layer with overflow_type=LAYER_FRACTION_UP")
-                mem_test = self.get_memory_for_layers(test, overflow_bufts_test)
-                if self._fits_extra(mem_test, targets, id_):
-                    ngl_per_device, overflow_bufts, mem = _copy(test), overflow_bufts_test, mem_test
-                    id_dense_start = id_dense_start_test
-                    self.trc(
-                        f"set ngl_per_device[{id_}].(n_layer, n_part, overflow_type)=("
-                        f"{ngl_per_device[id_].n_layer}, "
-                        f"{ngl_per_device[id_].n_part}, UP), id_dense_start={id_dense_start}"
-                    )
-                    test[id_].overflow_type = LayerFraction.GATE
-                    self.trc("trying to fit one extra layer with overflow_type=LAYER_FRACTION_GATE")
-                    mem_test = self.get_memory_for_layers(test, overflow_bufts_test)
-                    if self._fits_extra(mem_test, targets, id_):
+                # UP first; where it fits, GATE (only down overflows) too; where it does not, ATTN
+                kind: LayerFraction | None = LayerFraction.UP
+                while kind is not None:
+                    mem_test = self._try_extra(test, overflow_bufts_test, targets, id_, kind)
+                    if mem_test is not None:
                         ngl_per_device, overflow_bufts, mem = _copy(test), overflow_bufts_test, mem_test
                         id_dense_start = id_dense_start_test
                         self.trc(
                             f"set ngl_per_device[{id_}].(n_layer, n_part, overflow_type)=("
-                            f"{ngl_per_device[id_].n_layer}, {ngl_per_device[id_].n_part}, GATE), "
+                            f"{ngl_per_device[id_].n_layer}, {ngl_per_device[id_].n_part}, {kind.name}), "
                             f"id_dense_start={id_dense_start}"
                         )
-                else:
-                    test[id_].overflow_type = LayerFraction.ATTN
-                    self.trc("trying to fit one extra layer with overflow_type=LAYER_FRACTION_ATTN")
-                    mem_test = self.get_memory_for_layers(test, overflow_bufts_test)
-                    if self._fits_extra(mem_test, targets, id_):
-                        ngl_per_device, overflow_bufts, mem = _copy(test), overflow_bufts_test, mem_test
-                        id_dense_start = id_dense_start_test
-                        self.trc(
-                            f"set ngl_per_device[{id_}].(n_layer, n_part, overflow_type)=("
-                            f"{ngl_per_device[id_].n_layer}, {ngl_per_device[id_].n_part}, ATTN), "
-                            f"id_dense_start={id_dense_start}"
-                        )
+                    if kind is not LayerFraction.UP:
+                        kind = None
+                    else:
+                        kind = LayerFraction.ATTN if mem_test is None else LayerFraction.GATE
 
             projected_margin = dmds_full.devices[id_].free - mem[id_]
             self.trc(
@@ -737,6 +719,16 @@ class _Fit:
                 f"overflowing), {_cdiv(mem[jd], MiB):6d} MiB used, {_cdiv(projected_margin, MiB):6d} MiB free"
             )
         self.apply(ngl_per_device, overflow_bufts)
+
+    def _try_extra(
+        self, test: list[_Ngl], bufts: Sequence[str], targets: Sequence[int], id_: int, kind: LayerFraction
+    ) -> list[int] | None:
+        """One extra layer on device ``id_`` with ``kind`` of it staying there (lines 810-860): its
+        memory when it fits on this device and the next, else None."""
+        test[id_].overflow_type = kind
+        self.trc(f"trying to fit one extra layer with overflow_type=LAYER_FRACTION_{kind.name}")
+        mem_test = self.get_memory_for_layers(test, bufts)
+        return mem_test if self._fits_extra(mem_test, targets, id_) else None
 
     def _fits_extra(self, mem_test: Sequence[int], targets: Sequence[int], id_: int) -> bool:
         """Lines 828/839/851: strictly below target on this device and, unless last, on the next one.
