@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass, field
 
 from solver.engines.ik_llama.rules import SPLIT_MODES, bench_ncmoe_rules
-from solver.engines.llamacpp.args import LlamaArgs
+from solver.engines.llamacpp.args import LlamaArgs, rpc_endpoints
 from solver.engines.llamacpp.flags import BENCH_FLAGS as MAINLINE_BENCH
 from solver.engines.llamacpp.flags import KV_TYPE_BYTES, LLAMA_FLAGS, OTHER_ENGINES
 from solver.engines.llamacpp.values import (
@@ -295,7 +295,7 @@ def _server(r: _State, flag: str, value: str | None, shown: str) -> None:
     elif what in ("ctk", "ctv"):
         _kv(f, what, value, shown)
     elif what == "rpc":
-        f["rpc"] = tuple(e.strip() for e in value.split(","))
+        f["rpc"] = rpc_endpoints(flag, value)
     elif what == "no_fmoe":
         f["fused_moe"] = False
     elif what == "rtr":
@@ -368,4 +368,4 @@ def _bench(r: _State, flag: str, what: str, value: str) -> None:
     elif what == "fit_margin":
         f["fit_margins"] = (one_value(flag, value, int_list(flag, value)),) * 64
     elif what == "rpc":
-        f["rpc"] = tuple(e.strip() for e in value.split(","))
+        f["rpc"] = rpc_endpoints(flag, value)

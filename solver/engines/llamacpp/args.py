@@ -243,7 +243,7 @@ def _server_flag(r: _Reader, flag: str, value: str | None, shown: str) -> None:
             raise ArgsError(f"{shown}: unsupported cache type (one of {', '.join(KV_TYPE_BYTES)})")
         f["type_k" if what == "ctk" else "type_v"] = value
     elif what == "rpc":
-        f["rpc"] = _endpoints(label, value)
+        f["rpc"] = rpc_endpoints(label, value)
     elif what in ("batch", "ubatch"):
         n = stoi(label, value)
         if n < 1:
@@ -251,7 +251,7 @@ def _server_flag(r: _Reader, flag: str, value: str | None, shown: str) -> None:
         f["n_batch" if what == "batch" else "n_ubatch"] = n
 
 
-def _endpoints(flag: str, value: str) -> tuple[str, ...]:
+def rpc_endpoints(flag: str, value: str) -> tuple[str, ...]:
     """``--rpc host:port,...``."""
     out = tuple(e.strip() for e in value.split(","))
     if not out or any(not e for e in out):
@@ -305,7 +305,7 @@ def _bench_flag(r: _Reader, flag: str, what: str, value: str) -> None:
             raise ArgsError(f"{flag} {value}: unsupported cache type (one of {', '.join(KV_TYPE_BYTES)})")
         f["type_k" if what == "ctk" else "type_v"] = kind
     elif what == "rpc":
-        f["rpc"] = _endpoints(flag, value)
+        f["rpc"] = rpc_endpoints(flag, value)
     elif what in ("batch", "ubatch"):
         n = one_value(flag, value, int_list(flag, value, negative=False))
         if n < 1:
