@@ -18,9 +18,11 @@ import shlex
 import statistics
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import combinations
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import yaml
@@ -35,6 +37,9 @@ from solver.importers.rigfile import place, rig_yaml
 from solver.planning.resolve import Overrides, load_problem
 from solver.problem.problem import Problem
 from solver.units import parse_rate
+
+#: A row of a fidelity table (this module's or the prompt's).
+R = TypeVar("R")
 
 FOLDER = Path(__file__).resolve().parents[1] / "fixtures" / "measured"
 #: A prediction within this share of the measured tokens/s counts as close.
@@ -120,13 +125,18 @@ def machine_rows(path: Path, folder: Path) -> list[Row]:
     return rows
 
 
+def rows_of(folder: Path, rows: Callable[[Path, Path], list[R]]) -> list[R]:
+    """``rows(machine file, scratch folder)`` of every machine file in ``folder``, machine by machine."""
+    with tempfile.TemporaryDirectory() as tmp:
+        return [row for path in sorted(folder.glob("*.yaml")) for row in rows(path, Path(tmp))]
+
+
 def table() -> list[Row]:
     """Every fixture run, machine by machine."""
-    with tempfile.TemporaryDirectory() as tmp:
-        return [row for path in sorted(FOLDER.glob("*.yaml")) for row in machine_rows(path, Path(tmp))]
+    return rows_of(FOLDER, machine_rows)
 
 
-def _error(predicted: float, measured: float) -> float:
+def relative_error(predicted: float, measured: float) -> float:
     return (predicted - measured) / measured
 
 
@@ -145,9 +155,9 @@ class Summary:
 
 
 def summary(rows: list[Row]) -> Summary:
-    before = [abs(_error(r.before, r.measured)) for r in rows]
+    before = [abs(relative_error(r.before, r.measured)) for r in rows]
     held = [r for r in rows if not r.fitted]
-    after = [abs(_error(r.after, r.measured)) for r in held]
+    after = [abs(relative_error(r.after, r.measured)) for r in held]
     pairs = [
         (a, b) for a, b in combinations(rows, 2) if a.machine == b.machine and not (a.fitted and b.fitted)
     ]
@@ -172,8 +182,8 @@ def markdown(rows: list[Row]) -> str:
     for r in rows:
         lines.append(
             f"| {r.machine} | {r.model} | `{r.flags}` | {r.depth} | {r.measured:g} | "
-            f"{r.before:.1f} ({_error(r.before, r.measured):+.0%}) | "
-            f"{r.after:.1f} ({_error(r.after, r.measured):+.0%}) | "
+            f"{r.before:.1f} ({relative_error(r.before, r.measured):+.0%}) | "
+            f"{r.after:.1f} ({relative_error(r.after, r.measured):+.0%}) | "
             f"{'fitted' if r.fitted else 'held out'} |"
         )
     s = summary(rows)

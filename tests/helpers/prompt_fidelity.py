@@ -15,7 +15,6 @@ from __future__ import annotations
 import shlex
 import statistics
 import sys
-import tempfile
 from dataclasses import dataclass
 from itertools import combinations
 from pathlib import Path
@@ -24,7 +23,7 @@ import yaml
 
 from solver.engines import engine_named
 from solver.engines.llamacpp.prompt import scored_prompt
-from tests.helpers.fidelity import _rig
+from tests.helpers.fidelity import _rig, relative_error, rows_of
 
 FOLDER = Path(__file__).resolve().parents[1] / "fixtures" / "prompt"
 
@@ -78,12 +77,7 @@ def machine_rows(path: Path, folder: Path) -> list[Row]:
 
 def table() -> list[Row]:
     """Every scored fixture run, machine by machine."""
-    with tempfile.TemporaryDirectory() as tmp:
-        return [row for path in sorted(FOLDER.glob("*.yaml")) for row in machine_rows(path, Path(tmp))]
-
-
-def _error(predicted: float, measured: float) -> float:
-    return (predicted - measured) / measured
+    return rows_of(FOLDER, machine_rows)
 
 
 @dataclass(frozen=True)
@@ -101,10 +95,10 @@ class Summary:
 
 
 def summary(rows: list[Row]) -> Summary:
-    before = [abs(_error(r.before, r.measured)) for r in rows]
+    before = [abs(relative_error(r.before, r.measured)) for r in rows]
     pairs = [(a, b) for a, b in combinations(rows, 2) if a.machine == b.machine]
     ratios = [abs((a.before / b.before) / (a.measured / b.measured) - 1.0) for a, b in pairs]
-    held = [abs(_error(r.after, r.measured)) for r in rows if not r.fitted]
+    held = [abs(relative_error(r.after, r.measured)) for r in rows if not r.fitted]
     return Summary(
         len(rows),
         len({r.machine for r in rows}),
@@ -124,8 +118,9 @@ def markdown(rows: list[Row]) -> str:
     for r in rows:
         lines.append(
             f"| {r.machine} | {r.model} | `{r.flags}` | {r.depth} | {r.measured:g} | "
-            f"{r.before:.0f} ({_error(r.before, r.measured):+.0%}) | "
-            f"{r.after:.0f} ({_error(r.after, r.measured):+.0%}) | {'fitted' if r.fitted else 'held out'} |"
+            f"{r.before:.0f} ({relative_error(r.before, r.measured):+.0%}) | "
+            f"{r.after:.0f} ({relative_error(r.after, r.measured):+.0%}) | "
+            f"{'fitted' if r.fitted else 'held out'} |"
         )
     s = summary(rows)
     lines += [
