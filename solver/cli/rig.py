@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import click
@@ -34,6 +35,11 @@ def rig_group() -> None:
     help="llama.cpp: the host's memory rate ('80 GB/s') or memory ('DDR5-5600x2', '8ch DDR4-3200').",
 )
 @click.option("--host-memory", help="Host RAM for the experts no GPU holds ('128 GiB'; strata, llama.cpp).")
+@click.option(
+    "--network-handoff-ms",
+    type=float,
+    help="ms a hop between two machines costs (a rig whose cards name hosts, HOST:CARD).",
+)
 @click.option("--model", type=click.Path(path_type=Path, dir_okay=False), help="Model file the rig names.")
 @click.option("--name", help="Rig name (default: the output file's stem).")
 @click.option(
@@ -49,6 +55,7 @@ def rig_new_cmd(
     engine: str,
     host_bandwidth: str | None,
     host_memory: str | None,
+    network_handoff_ms: float | None,
     model: Path | None,
     name: str | None,
     context: int,
@@ -87,6 +94,11 @@ def rig_new_cmd(
     ):
         if given is not None and key not in rules.rig_keys:
             fail(f"{option}: engine {engine} ({rules.note}) reads no {key}")
+    if network_handoff_ms is not None:
+        if not (math.isfinite(network_handoff_ms) and network_handoff_ms >= 0):
+            fail(f"--network-handoff-ms: expected milliseconds of 0 or more, got {network_handoff_ms:g}")
+        if not any(":" in c for c in cards):
+            fail("--network-handoff-ms: the cards name no machine (HOST:CARD), so no hop crosses a network")
     bad = host_problem([c.split(":", 1)[0].strip() if ":" in c else None for c in cards])
     if bad is not None:
         fail(f"solve rig new: {cards[bad[0]]!r}: host {bad[1]}")
@@ -118,6 +130,7 @@ def rig_new_cmd(
             "--engine": engine if engine != DEFAULT_ENGINE else None,
             "--host-bandwidth": host_bandwidth,
             "--host-memory": host_memory,
+            "--network-handoff-ms": None if network_handoff_ms is None else f"{network_handoff_ms:g}",
             "--model": model,
             "--name": name,
             "--context": context if context != DEFAULT_CONTEXT else None,
@@ -135,6 +148,7 @@ def rig_new_cmd(
             host_bandwidth=rate,
             host_memory=host_bytes,
             command=command,
+            network_handoff_ms=network_handoff_ms,
         )
         emit(text, output, [model] if model else [], overwrite=force)
     except CardError as exc:

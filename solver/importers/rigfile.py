@@ -86,10 +86,12 @@ def rig_yaml(
     host_bandwidth: HostRate | None,
     host_memory: int | None,
     command: str,
+    network_handoff_ms: float | None = None,
 ) -> str:
     """A rig of ``cards`` in pipeline order for ``engine``, with the keys that engine reads.
 
-    A rig whose cards name no host stays on one machine.
+    A rig whose cards name no host stays on one machine; one over several machines gets
+    ``network_handoff_ms`` (the cost of a hop between them), else a line saying to edit it in.
     """
     estimate = f"{REFERENCE_LAYER_MS}*({REFERENCE_SMS}*{REFERENCE_GHZ})/max(1, sms*clock_ghz)"
     head = [
@@ -113,7 +115,9 @@ def rig_yaml(
         body.append(f"model: {json.dumps(model_ref)}")
     if engine != DEFAULT_ENGINE:
         body.append(_key("engine", engine, rules.note))
-    if any(p.host for p in cards):
+    if network_handoff_ms is not None:
+        body.append(_key("network_handoff_ms", f"{network_handoff_ms:g}", "ms of a hop between these machines"))
+    elif any(p.host for p in cards):
         body.append("# network_handoff_ms: EDIT the ms of a hop between these machines (default handoff_ms)")
     if host_bandwidth is not None:
         body.append(_key("host_bandwidth", format_rate(host_bandwidth.effective), host_bandwidth.comment))

@@ -97,6 +97,38 @@ def test_host_card_names_put_each_card_on_its_machine():
     assert "# network_handoff_ms: EDIT" in text
 
 
+def test_network_handoff_ms_is_written_and_read_back(tmp_path):
+    out = tmp_path / "rig.yaml"
+    args = ["a:RTX 3090", "b:RTX 5090", "--engine", "llama.cpp", "--host-bandwidth", "60 GB/s"]
+    result = run(*args, "--network-handoff-ms", "2.5", "-o", out)
+    assert result.exit_code == 0, result.output
+    text = out.read_text()
+    assert "EDIT the ms of a hop" not in text and "--network-handoff-ms 2.5" in text.splitlines()[0]
+    assert_every_key_has_a_comment(text)
+    rig, _ = load_rig(out, REGISTRY)
+    assert rig.network_handoff_ms == 2.5
+
+
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [
+        ("-1", "--network-handoff-ms: expected milliseconds of 0 or more, got -1"),
+        ("nan", "--network-handoff-ms: expected milliseconds of 0 or more, got nan"),
+        ("inf", "--network-handoff-ms: expected milliseconds of 0 or more, got inf"),
+    ],
+)
+def test_a_bad_network_handoff_is_one_line_and_exit_2(value, says):
+    result = run("a:RTX 3090", "b:RTX 3090", "--network-handoff-ms", value)
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr.count("\n") == 1 and says in result.stderr, result.stderr
+
+
+def test_a_network_handoff_on_one_machine_is_refused():
+    result = run("RTX 3090", "RTX 3090", "--network-handoff-ms", "2")
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1
+    assert "the cards name no machine (HOST:CARD)" in result.stderr
+
+
 @pytest.mark.parametrize(
     ("given", "effective", "nominal"),
     [
