@@ -265,7 +265,13 @@ def plan_cmd(rig: Path, plan: PlanOptions, output: OutputOptions, sweep: SweepOp
     warnings = doubts(problem)
     progress, display = _progress(enabled=not output.as_json and sys.stderr.isatty())
     with display:
-        result = plan_rig(problem, plan.limits(progress, started), check=plan.check, default=plan.default)
+        result = plan_rig(
+            problem,
+            plan.limits(progress, started),
+            check=plan.check,
+            default=plan.default,
+            reload=lambda **changes: load_problem(rig, dataclasses.replace(plan.overrides(), **changes)),
+        )
     flags = _export_lines(output, result)
     report = to_json(result)
     if output.export:

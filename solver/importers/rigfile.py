@@ -116,7 +116,7 @@ def rig_yaml(
     if engine != DEFAULT_ENGINE:
         body.append(_key("engine", engine, rules.note))
     if network_handoff_ms is not None:
-        body.append(_key("network_handoff_ms", f"{network_handoff_ms:g}", "ms of a hop between these machines"))
+        body.append(_key("network_handoff_ms", f"{network_handoff_ms:g}", "ms of a hop between machines"))
     elif any(p.host for p in cards):
         body.append("# network_handoff_ms: EDIT the ms of a hop between these machines (default handoff_ms)")
     if host_bandwidth is not None:

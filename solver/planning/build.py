@@ -67,10 +67,12 @@ def _reachable(
     return keep & fwd[stage, start] & bwd[nxt, end]
 
 
-def build_arcs(p: Problem, table: Table) -> Arcs:
-    """Prune the engine's (GPU, range) table to the arcs a feasible plan can use and weigh them."""
+def kept_arcs(p: Problem, room: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(GPU, start, end) of every range that fits (``room`` >= 0), keeps the layer limits and lies on
+    some path from layer 0 to layer L (as given: exactly the ranges of some split; a free order may
+    count a GPU twice). None of them: no split fits."""
     n, k = p.n_layers, p.n_gpus
-    g, a, b = np.nonzero(table.room >= 0)
+    g, a, b = np.nonzero(room >= 0)
     length = b - a
     minlen = np.where(a == 0, np.maximum(p.min_layers[g], p.first_stage_min_layers), p.min_layers[g])
     keep = (length >= minlen) & (length <= p.max_layers[g])
@@ -93,7 +95,13 @@ def build_arcs(p: Problem, table: Table) -> Arcs:
         keep &= (a + (n - b) >= others_min) & (a + (n - b) <= others_max)
         keep &= (k > 1) | ((a == 0) & (b == n))
     keep = _reachable(keep, g, a, b, p) if keep.any() else keep
-    g, a, b = g[keep], a[keep], b[keep]
+    return g[keep], a[keep], b[keep]
+
+
+def build_arcs(p: Problem, table: Table) -> Arcs:
+    """Prune the engine's (GPU, range) table to the arcs a feasible plan can use and weigh them."""
+    n, k = p.n_layers, p.n_gpus
+    g, a, b = kept_arcs(p, table.room)
     scale = _time_scale(p, len(g))
     objective = Objective(p.objective)
     w = table.weigh(g, a, b, scale, objective.maximises)

@@ -14,6 +14,7 @@ import numpy as np
 
 from solver.engines import build_table, engine_of, evaluate
 from solver.planning.build import build_arcs
+from solver.planning.hints import Hint, Reload, hints_of
 from solver.planning.infeasible import explain
 from solver.problem.baselines import Baseline
 from solver.problem.placement import Placement, bounds_ok, feasible
@@ -53,6 +54,7 @@ class Result:
     idle_cost_ms: dict[int, float | None] | None = None
     default: Baseline | None = None  # what the engine does unasked, where that is not the proportional split
     route: Route | None = None  # the solver the route tried first, why, and what follows it
+    hints: list[Hint] = dataclasses.field(default_factory=list)  # what would help, each planned again
 
     @property
     def compared(self) -> Baseline:
@@ -100,9 +102,11 @@ def plan_rig(
     check: bool = False,
     policy: Policy = POLICY,
     default: str | None = None,
+    reload: Reload | None = None,
 ) -> Result:
     """Plan one problem end to end (``policy``: the route's thresholds; ``default``: which of the
-    engine's defaults to set the plan beside, its first by default)."""
+    engine's defaults to set the plan beside, its first by default; ``reload(**overrides)``: the
+    problem of the same files with other settings, for the hints, which only a run given it has)."""
     t0 = time.perf_counter()
     limits = limits or Limits()
     if limits.started is None:  # the limit bounds the whole run: the tables count
@@ -137,6 +141,10 @@ def plan_rig(
         result.idle_cost_ms = idle_report(arcs, plan, limits, policy)
     if check:
         result.oracle = run_oracle(p, arcs, solution, limits, allowed, policy)
+    if reload is not None:
+        result.hints = hints_of(
+            result, table, reload, lambda q, lim: plan_rig(q, lim, policy=policy), limits, policy
+        )
     return result
 
 

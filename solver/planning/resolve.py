@@ -49,6 +49,8 @@ class Overrides:
     flash_attn: str | None = None
     #: Tokens of the prompt whose processing llama.cpp plans report (the rig's ``prompt``).
     prompt: int | None = None
+    #: Free memory of some GPUs (by rig index) instead of the rig's: what a hint plans again with.
+    free: dict[int, int] | None = None
 
 
 def resolve(
@@ -258,6 +260,11 @@ def load_problem(rig_path: Path, overrides: Overrides | None = None) -> Problem:
     for key in ("context", "n_ubatch", "flash_attn", "prompt"):  # what the engine's memory and prompt read
         if getattr(ov, key) is not None:
             update[key] = getattr(ov, key)
+    if ov.free:
+        given = ov.free
+        update["gpus"] = [
+            g.model_copy(update={"free": given[i]}) if i in given else g for i, g in enumerate(rig.gpus)
+        ]
     if update:
         rig = rig.model_copy(update=update)
     check_host_runs(rig, rig_doc)

@@ -118,6 +118,7 @@ def to_json(r: Result) -> dict:
     out |= engine_of(p).plan_json(plan)
     if r.reason:
         out["reason"] = r.reason
+    out["hints"] = [h.to_json() for h in r.hints]
     out["baseline"] = _baseline_json(r.baseline)
     if r.default is not None:
         out["default"] = _baseline_json(r.default)
@@ -240,6 +241,8 @@ def print_report(r: Result, console: Console) -> None:
         console.print(f"[red]{r.status}[/red]: {r.reason}")
         if r.compared.reason:
             console.print(f"{r.compared.name}: {r.compared.reason}")
+        for hint in r.hints:
+            console.print(f"hint: {hint.text}")
         return
     stages = stage_table(r)
     fit_names(stages, console)
@@ -262,6 +265,7 @@ def print_report(r: Result, console: Console) -> None:
         else:
             cost = "no plan can use it" if ms_ is None else f"using it costs {ms_:+.3f} ms of window at best"
         notes.append(f"idle: GPU {g} {p.gpu_names[g]}: {cost}")
+    notes += [f"hint: {hint.text}" for hint in r.hints]
     sol = r.solution
     proof = "optimal (proven)" if r.status == "optimal" else f"{r.status}, not proven"
     if r.status != "optimal" and sol.bound is not None:
