@@ -241,8 +241,7 @@ def score_prompts(p: Problem, runs: list[Run], rig_file: str, notes: list[str]) 
         line = prompt_line(scored.problem, scored, args, run.depth, x0)
         if line is None:
             notes.append(
-                f"{run.source}: no prompt time: a GPU's matrix throughput is unknown (matrix_tflops): "
-                "skipped"
+                f"{run.source}: no prompt time: a GPU's matrix throughput is unknown (matrix_tflops): skipped"
             )
             continue
         tokens, base, slope = line

@@ -259,7 +259,7 @@ def test_not_llama_bench_json_is_one_line(tmp_path: Path, text: str, says: str) 
 
 def test_no_usable_row_is_one_line(tmp_path: Path) -> None:
     rig = make_rig(tmp_path)
-    rows = [bench_row(size=10**9), bench_row(n_prompt=512, n_gen=0)]
+    rows = [bench_row(size=10**9), bench_row(n_prompt=512, n_gen=0, size=10**9)]  # another model
     result = cli_run(rig, "--llama-bench", write_json(tmp_path, rows))
     assert result.exit_code == 2
     assert "no run to calibrate from" in result.stderr and "Traceback" not in result.output
