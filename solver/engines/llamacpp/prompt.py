@@ -16,10 +16,9 @@ each through every stage. Per micro-batch of ``m`` tokens a GPU stage costs:
 * **copies**: each expert tensor kept in host memory is copied to the stage's GPU over PCIe once per
   micro-batch and computed there when ``m >= min_batch`` (ggml-cuda's ``ggml_backend_cuda_device_
   offload_op``: ``GGML_OP_OFFLOAD_MIN_BATCH`` = 32 tokens; an engine with its own threshold gives
-  ``min_batch``):
-  the bytes of the experts the micro-batch routes to, ``1 - (1 - active / experts) ** m`` of them
-  (the scheduler copies only the used experts), over ``pcie_bandwidth``. A smaller micro-batch
-  computes them on the CPU at ``cpu_flops``.
+  ``min_batch``): the bytes of the experts the micro-batch routes to, ``1 - (1 - active / experts) **
+  m`` of them (the scheduler copies only the used experts), over ``pcie_bandwidth``. A smaller
+  micro-batch computes them on the CPU at ``cpu_flops``.
 
 The stages overlap micro-batches (pipeline parallelism) only when llama.cpp turns it on: several GPUs,
 every layer and the KV cache on GPUs and no tensor override (``src/llama-context.cpp``), so a plan that
@@ -226,7 +225,8 @@ def _layers(value, n: int) -> np.ndarray:
 def geometry_flops(model: ModelConfig, experts: np.ndarray) -> tuple[np.ndarray, ...] | None:
     """FLOPs per token of each layer's dense weights and active experts, attention FLOPs per key and
     each layer's sliding window, counted from the model's ``geometry`` (the weights' shapes); None
-    without one, or for layers it does not spell out (MLA, recurrent layers): their bytes count then."""
+    without one, or for a model with layers it does not spell out (MLA, recurrent layers), whose
+    FLOPs then come from the bytes."""
     g = model.geometry
     if g is None or g.kv_lora_rank or g.ssm_inner:
         return None
