@@ -212,7 +212,9 @@ def print_outcome(o: Outcome, shown: str, console: Console) -> None:
     """The runs table, the fitted and kept constants, the errors, and the YAML written or to add."""
     print_lines(
         console,
-        f"[bold]calibrate {o.rig}[/bold] (model {o.model}): {len(o.scorings)} run(s) from "
+        f"[bold]calibrate {o.rig}[/bold] (model {o.model}): {len(o.scorings)} run(s)"
+        + (f" and {len(o.prompt_scorings)} prompt run(s)" if o.prompt_scorings else "")
+        + " from "
         + ", ".join(o.sources),
         highlight=False,
     )
