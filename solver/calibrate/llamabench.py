@@ -1,6 +1,8 @@
 """llama-bench's ``-o json`` (an array of test objects) and ``-o jsonl`` (one object a line) as runs.
 
-A generation row (``n_prompt`` 0, ``n_gen`` > 0) is one decode measurement. Its placement comes from
+A generation row (``n_prompt`` 0, ``n_gen`` > 0) is one decode measurement, a prompt row
+(``n_prompt`` > 0, ``n_gen`` 0) one prompt-processing measurement (with its ``n_ubatch``, ``n_batch``
+and ``flash_attn``). Its placement comes from
 the fields llama-bench prints (tools/llama-bench/llama-bench.cpp, ``test::get_values``):
 ``n_gpu_layers`` (negative: every layer), ``n_cpu_moe``, ``split_mode``, ``main_gpu``,
 ``tensor_split`` (``"0.00"`` when unset, else ``"3.00/1.00"``), ``tensor_buft_overrides`` (``"none"``
@@ -18,11 +20,13 @@ of GPUs than the rig's is another machine; both are skipped with a note, the res
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from solver.calibrate.measured import GPU_NAME, Run, buffer_name, rate_problem
 from solver.errors import InputError, brief
@@ -66,9 +70,14 @@ class Skip(Exception):
 
 
 def read_bench(
-    path: Path, shown: str, expect: Expect, convert: Callable[[dict], dict] | None = None
+    path: Path,
+    shown: str,
+    expect: Expect,
+    convert: Callable[[dict], dict] | None = None,
+    kind: Literal["decode", "prompt"] = "decode",
 ) -> tuple[list[Run], list[str]]:
-    """The generation rows of a llama-bench output file as runs, and notes on the rows skipped;
+    """The generation rows (``kind`` decode) or the prompt rows (``kind`` prompt: ``n_prompt`` > 0,
+    ``n_gen`` 0) of a llama-bench output file as runs, and notes on the rows of that kind skipped;
     ``convert`` (the engine's ``bench_row``) first renames another llama-bench's fields to these.
 
     Raises InputError (naming the file) for a file that is not llama-bench JSON or JSONL.
@@ -76,22 +85,16 @@ def read_bench(
     text = read_bounded(path, shown, WHAT, BENCH_LIMIT).decode("utf-8", errors="replace")
     runs: list[Run] = []
     notes: list[str] = []
-    prompt_rows = 0
     for where, row in _rows(text, shown):
         row = convert(row) if convert is not None else row
         try:
             n_prompt, n_gen = _whole(row, "n_prompt"), _whole(row, "n_gen")
-            if n_prompt != 0 or n_gen <= 0:
-                prompt_rows += 1
-                continue
-            runs.append(_run(where, row, n_gen, expect))
+            if kind == "decode" and n_prompt == 0 and n_gen > 0:
+                runs.append(_run(where, row, n_gen, expect))
+            elif kind == "prompt" and n_prompt > 0 and n_gen == 0:
+                runs.append(_prompt_run(where, row, n_prompt, expect))
         except Skip as why:
             notes.append(f"{where}: {why}: skipped")
-    if prompt_rows:
-        notes.append(
-            f"{shown}: {prompt_rows} prompt row{'s' if prompt_rows != 1 else ''} (n_prompt > 0) skipped: "
-            "calibration reads decode (generation) rows"
-        )
     return runs, notes
 
 
@@ -150,6 +153,25 @@ def _text(row: dict, key: str, default: str) -> str:
     if not isinstance(value, str):
         raise Skip(f"{key} is {brief(value)}, expected text")
     return value.strip()
+
+
+def _prompt_run(where: str, row: dict, n_prompt: int, expect: Expect) -> Run:
+    """One prompt row as a run: its placement as a generation row's, with llama-bench's ``-p``,
+    ``-ub``, ``-b`` and ``-fa`` (the context llama-bench makes holds ``n_prompt + n_depth`` tokens, so
+    ``-n`` is written as ``n_prompt``); Skip when it is not of this model or rig."""
+    run = _run(where, row, n_prompt, expect)
+    ubatch, batch = _whole(row, "n_ubatch", 512), _whole(row, "n_batch", 2048)
+    if ubatch < 1 or batch < 1:
+        raise Skip(f"n_ubatch {ubatch}, n_batch {batch}: expected 1 or more")
+    fa = row.get("flash_attn", -1)
+    if isinstance(fa, bool):
+        fa = int(fa)
+    fa_word = {-1: "auto", 0: "0", 1: "1"}.get(fa) if isinstance(fa, int) else None
+    if fa_word is None:
+        raise Skip(f"flash_attn is {brief(fa)}, expected true, false, -1, 0 or 1")
+    words = (*run.words, "-p", str(n_prompt), "-ub", str(ubatch), "-b", str(batch), "-fa", fa_word)
+    shown = f"{run.placement}, pp{n_prompt} ub {min(ubatch, batch, n_prompt)}"
+    return dataclasses.replace(run, words=words, placement=shown)
 
 
 def _run(where: str, row: dict, n_gen: int, expect: Expect) -> Run:

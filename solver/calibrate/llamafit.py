@@ -21,6 +21,7 @@ import numpy as np
 from solver.calibrate.llamabench import Expect, read_bench, weight_bytes
 from solver.calibrate.llamalog import read_log
 from solver.calibrate.measured import Run
+from solver.calibrate.promptfit import PromptFit, PromptScoring, fit_prompt, prompt_line, start_x
 from solver.calibrate.speedfit import CONSTANTS, Design, Fitted, fit, from_x, leave_one_out, sigma_of, to_x
 from solver.engines import REGISTRY, Engine, engine_named, engine_of
 from solver.engines.bandwidth import speed_of, with_constants
@@ -107,6 +108,9 @@ class Outcome:
     notes: list[str] = field(default_factory=list)
     written: str | None = None
     yaml: list[str] = field(default_factory=list)
+    prompt_x0: np.ndarray | None = None
+    prompt_scorings: list[PromptScoring] = field(default_factory=list)
+    prompt_fit: PromptFit | None = None
 
 
 def weights_of(p: Problem) -> np.ndarray:
@@ -208,6 +212,49 @@ def _once(paths: tuple[Path, ...], option: str, notes: list[str]) -> list[Path]:
     return list(seen.values())
 
 
+def gather_prompt(setup: Setup, benches: tuple[Path, ...]) -> tuple[list[Run], list[str]]:
+    """Every llama-bench prompt row of the files (``n_prompt`` > 0, ``n_gen`` 0), and notes."""
+    p = setup.p
+    expect = Expect(weight_bytes(setup.model), p.n_gpus)
+    runs: list[Run] = []
+    notes: list[str] = []
+    for path in _once(benches, "--llama-bench", []):
+        found, skipped = read_bench(path, shown_path(path), expect, engine_of(p).bench_row, kind="prompt")
+        runs += found
+        notes += skipped
+    return runs, notes
+
+
+def score_prompts(p: Problem, runs: list[Run], rig_file: str, notes: list[str]) -> list[PromptScoring]:
+    """Every prompt run's time as a line in the prompt constants; a run the scorer cannot read, or
+    without a prompt model (a GPU of unknown matrix throughput), is noted and left out."""
+    engine = _engine(p.engine, rig_file)
+    x0 = prompt_start(p)
+    out = []
+    for run in runs:
+        try:
+            args = engine.read_command(list(run.words))
+            scored = engine.score(with_constants(p, depth=run.depth), args)
+        except (ArgsError, InputError) as exc:
+            notes.append(f"{run.source}: {exc}: skipped")
+            continue
+        line = prompt_line(scored.problem, scored, args, run.depth, x0)
+        if line is None:
+            notes.append(
+                f"{run.source}: no prompt time: a GPU's matrix throughput is unknown (matrix_tflops): skipped"
+            )
+            continue
+        tokens, base, slope = line
+        out.append(PromptScoring(run, tokens, base, slope, base + float(slope @ x0)))
+    return out
+
+
+def prompt_start(p: Problem) -> np.ndarray:
+    """The problem's prompt constants (the rig's keys, else the defaults) as the fit's variables."""
+    pm = LlamaFields.of(p).prompt
+    return start_x(None, None) if pm is None else start_x(pm.efficiency, pm.pcie_efficiency)
+
+
 def gather(
     setup: Setup, benches: tuple[Path, ...], logs: tuple[Path, ...], flags: tuple[str, ...]
 ) -> tuple[list[Run], dict[int, str], list[str]]:
@@ -300,11 +347,14 @@ def calibrate(
     """Read, score and fit: what the command reports."""
     p = setup.p
     runs, buffers, notes = gather(setup, benches, logs, flags)
-    if not runs and not buffers:
-        why = "; ".join(notes) if notes else "the files hold no decode runs"
+    prompt_runs, prompt_notes = gather_prompt(setup, benches)
+    notes += prompt_notes
+    if not runs and not buffers and not prompt_runs:
+        why = "; ".join(notes) if notes else "the files hold no decode or prompt runs"
         raise InputError(setup.shown, f"no run to calibrate from: {why}")
     scorings = score_all(p, runs, setup.shown, notes) if runs else []
-    if runs and not scorings:
+    prompt_scorings = score_prompts(p, prompt_runs, setup.shown, notes) if prompt_runs else []
+    if (runs or prompt_runs) and not scorings and not prompt_scorings:
         raise InputError(setup.shown, "no run to calibrate from: " + "; ".join(notes))
     x0 = weights_of(p)
     fitted = loo = None
@@ -325,6 +375,8 @@ def calibrate(
             )
         after = design.predict(fitted.x)  # the scorer's window at the fitted constants: t is linear in x
         loo = leave_one_out(design, x0) if len(scorings) >= 3 else None
+    prompt_x0 = prompt_start(p)
+    prompt_fitted = fit_prompt(prompt_scorings, prompt_x0) if prompt_scorings else None
     sources = [shown_path(f) for f in (*benches, *logs)]
     return Outcome(
         p.rig,
@@ -339,4 +391,7 @@ def calibrate(
         buffers,
         p.gpu_names,
         notes,
+        prompt_x0=prompt_x0,
+        prompt_scorings=prompt_scorings,
+        prompt_fit=prompt_fitted,
     )

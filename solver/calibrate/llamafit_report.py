@@ -15,6 +15,8 @@ from rich.console import Console
 from rich.table import Table
 
 from solver.calibrate.llamafit import HINTS, Outcome, Setup, calibrate, constants_of, load
+from solver.calibrate.promptfit import HINTS as PROMPT_HINTS
+from solver.calibrate.promptfit import PROMPT_CONSTANTS
 from solver.calibrate.rigedit import Edit, write_rig
 from solver.calibrate.speedfit import CONSTANTS
 from solver.files.atomicfile import output_kind, refuse_inputs
@@ -31,7 +33,7 @@ def value_text(key: str, value: float) -> str:
     """A constant as the rig file writes it: ``61.6 GB/s``, ``0.742``, ``0.0812``."""
     if key == "host_bandwidth":
         return format_rate(max(1, round(value / 10**8)) * 10**8)
-    if key == "gpu_efficiency":
+    if key in ("gpu_efficiency", "matrix_efficiency", "pcie_efficiency"):
         return f"{value:.3f}"
     return f"{value:.4f}".rstrip("0").rstrip(".") or "0"
 
@@ -48,6 +50,9 @@ def edits_of(o: Outcome, setup: Setup, out: Path | None) -> list[Edit]:
     if o.fitted is not None:
         fitted = constants_of(o.fitted.x)
         edits = [Edit(k, value_text(k, fitted[k]), note) for k in o.fitted.identified]
+    if o.prompt_fit is not None:
+        fitted = o.prompt_fit.constants()
+        edits += [Edit(k, value_text(k, fitted[k]), note) for k in o.prompt_fit.identified]
     for gpu in sorted(o.buffers):
         edits.append(Edit("buffer", o.buffers[gpu], "compute buffer, from its load log", gpu=gpu))
     if (
@@ -144,11 +149,72 @@ def not_identified(o: Outcome) -> dict[str, str]:
     return out
 
 
+def prompt_not_identified(o: Outcome) -> dict[str, str]:
+    """Each prompt constant the prompt runs do not identify, with the run that would."""
+    if o.prompt_fit is None:
+        return {}
+    out = {}
+    for key in PROMPT_CONSTANTS:
+        if key not in o.prompt_fit.identified:
+            unused, weak = PROMPT_HINTS[key]
+            out[key] = unused if key in o.prompt_fit.unused else weak
+    return out
+
+
+def prompt_medians(o: Outcome) -> dict[str, float | None]:
+    """Median absolute relative error of the prompt runs' tokens/s, before and after."""
+    if o.prompt_fit is None:
+        return {"before": None, "after": None}
+    measured = np.array([s.measured_ms for s in o.prompt_scorings])
+    before = np.array([s.before_ms for s in o.prompt_scorings])
+    after = o.prompt_fit.predict(o.prompt_scorings)
+    return {
+        "before": float(np.median(np.abs(measured / before - 1.0))),
+        "after": float(np.median(np.abs(measured / after - 1.0))),
+    }
+
+
+def _print_prompt(o: Outcome, console: Console) -> None:
+    """The prompt runs table, the fitted and kept prompt constants and their errors."""
+    if o.prompt_fit is None or o.prompt_x0 is None:
+        return
+    table = Table()
+    table.add_column("prompt run", overflow="fold")
+    table.add_column("placement", overflow="fold")
+    for col in ("measured t/s", "before", "after"):
+        table.add_column(col, justify="right", no_wrap=True)
+    after = o.prompt_fit.predict(o.prompt_scorings)
+    for s, a in zip(o.prompt_scorings, after):
+        tps = s.run.tokens_per_s
+        row = [s.run.source.rsplit("/", 1)[-1], s.run.placement, f"{tps:.2f}"]
+        for ms in (s.before_ms, float(a)):
+            speed = 1000.0 * s.tokens / ms
+            row.append(f"{speed:.2f} ({(speed - tps) / tps:+.1%})")
+        table.add_row(*row)
+    print_lines(console, table)
+    before = {k: 1.0 / float(v) for k, v in zip(PROMPT_CONSTANTS, o.prompt_x0)}
+    now = o.prompt_fit.constants()
+    parts = [f"{k} {value_text(k, now[k])} (was {value_text(k, before[k])})" for k in o.prompt_fit.identified]
+    print_lines(console, f"prompt: fitted {', '.join(parts) if parts else 'nothing the runs identify'}")
+    for key, hint in prompt_not_identified(o).items():
+        print_lines(
+            console, f"kept {key} {value_text(key, before[key])}: not identified: {hint}", highlight=False
+        )
+    m = prompt_medians(o)
+    print_lines(
+        console,
+        f"prompt median error in tokens/s: before {m['before']:.1%}, after {m['after']:.1%}",
+        highlight=False,
+    )
+
+
 def print_outcome(o: Outcome, shown: str, console: Console) -> None:
     """The runs table, the fitted and kept constants, the errors, and the YAML written or to add."""
     print_lines(
         console,
-        f"[bold]calibrate {o.rig}[/bold] (model {o.model}): {len(o.scorings)} run(s) from "
+        f"[bold]calibrate {o.rig}[/bold] (model {o.model}): {len(o.scorings)} run(s)"
+        + (f" and {len(o.prompt_scorings)} prompt run(s)" if o.prompt_scorings else "")
+        + " from "
         + ", ".join(o.sources),
         highlight=False,
     )
@@ -189,6 +255,7 @@ def print_outcome(o: Outcome, shown: str, console: Console) -> None:
         if m["leave_one_out"] is not None:
             text += f", leave-one-out {m['leave_one_out']:.1%}"
         print_lines(console, text, highlight=False)
+    _print_prompt(o, console)
     if o.written:
         print_lines(console, f"wrote {o.written}:", highlight=False)
     elif o.yaml:
@@ -232,9 +299,40 @@ def to_json(o: Outcome) -> dict:
             for k in CONSTANTS
         },
         "not_identified": not_identified(o),
+        "prompt": prompt_json(o),
         "median_error": medians(o),
         "buffers": {str(g): text for g, text in sorted(o.buffers.items())},
         "yaml": o.yaml,
         "written": o.written,
         "notes": o.notes,
+    }
+
+
+def prompt_json(o: Outcome) -> dict | None:
+    """The prompt runs and constants as JSON (None without prompt runs)."""
+    if o.prompt_fit is None or o.prompt_x0 is None:
+        return None
+    after = o.prompt_fit.predict(o.prompt_scorings)
+    before = {k: 1.0 / float(v) for k, v in zip(PROMPT_CONSTANTS, o.prompt_x0)}
+    now = o.prompt_fit.constants()
+    return {
+        "runs": [
+            {
+                "source": s.run.source,
+                "placement": s.run.placement,
+                "flags": shlex.join(s.run.words),
+                "depth": s.run.depth,
+                "prompt": s.tokens,
+                "measured_tps": s.run.tokens_per_s,
+                "before_tps": 1000.0 * s.tokens / s.before_ms,
+                "after_tps": 1000.0 * s.tokens / float(a),
+            }
+            for s, a in zip(o.prompt_scorings, after)
+        ],
+        "constants": {
+            k: {"before": before[k], "after": now[k], "identified": k in o.prompt_fit.identified}
+            for k in PROMPT_CONSTANTS
+        },
+        "not_identified": prompt_not_identified(o),
+        "median_error": prompt_medians(o),
     }

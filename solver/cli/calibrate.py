@@ -66,7 +66,8 @@ def calibrate_cmd(
     llama.cpp: solve calibrate RIG --llama-bench runs.json [--write OUT]
       fits the rig's host_bandwidth, gpu_efficiency, switch_ms, layer_overhead_ms
       and handoff_ms to llama-bench decode runs (llama-bench ... -o json), or to
-      llama-server/llama-cli output with --llama-log FILE --args "FLAGS";
+      llama-server/llama-cli output with --llama-log FILE --args "FLAGS", and its
+      matrix_efficiency and pcie_efficiency to llama-bench prompt runs (-p N -n 0);
       solve calibrate RIG --suggest prints the llama-bench command to run first.
     Strata: solve calibrate --point HELD/TOTAL=HIT% ... [--log FILE] [--write MODEL]
       fits the cover curve's exponent b to measured expert-cache hit rates.

@@ -194,7 +194,7 @@ def test_the_linear_model_is_the_scorer(tmp_path: Path) -> None:
         assert s.base + s.slope @ x == pytest.approx(window.window_ms, rel=1e-9)
 
 
-def test_jsonl_reads_as_json_and_prompt_rows_are_skipped_and_said(tmp_path: Path) -> None:
+def test_jsonl_reads_as_json_and_prompt_rows_are_prompt_runs(tmp_path: Path) -> None:
     rig = make_rig(tmp_path)
     rows = [*true_rates(rig, design_rows()[:3], TRUTH), bench_row(n_prompt=512, n_gen=0, tps=2000)]
     array = write_json(tmp_path, rows)
@@ -205,7 +205,10 @@ def test_jsonl_reads_as_json_and_prompt_rows_are_skipped_and_said(tmp_path: Path
     ja, jb = json.loads(a.stdout), json.loads(b.stdout)
     assert [r["measured_tps"] for r in ja["runs"]] == [r["measured_tps"] for r in jb["runs"]]
     assert len(ja["runs"]) == 3
-    assert "1 prompt row (n_prompt > 0) skipped" in a.stderr
+    assert [r["measured_tps"] for r in ja["prompt"]["runs"]] == [
+        r["measured_tps"] for r in jb["prompt"]["runs"]
+    ]
+    assert [r["measured_tps"] for r in ja["prompt"]["runs"]] == [2000]
 
 
 def test_rows_of_another_model_or_machine_are_warned_and_skipped(tmp_path: Path) -> None:
@@ -256,7 +259,7 @@ def test_not_llama_bench_json_is_one_line(tmp_path: Path, text: str, says: str) 
 
 def test_no_usable_row_is_one_line(tmp_path: Path) -> None:
     rig = make_rig(tmp_path)
-    rows = [bench_row(size=10**9), bench_row(n_prompt=512, n_gen=0)]
+    rows = [bench_row(size=10**9), bench_row(n_prompt=512, n_gen=0, size=10**9)]  # another model
     result = cli_run(rig, "--llama-bench", write_json(tmp_path, rows))
     assert result.exit_code == 2
     assert "no run to calibrate from" in result.stderr and "Traceback" not in result.output

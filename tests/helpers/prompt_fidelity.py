@@ -2,8 +2,8 @@
 
 Each machine becomes a llama.cpp rig of its GPUs from the card table (as tests/helpers/fidelity.py
 builds it: ``solve rig new``), each run is scored as ``solve score`` reads its flags, and its prompt speed
-predicted with the default constants: "before". "after" scales the machine's prompt time by the one
-factor that makes its first run exact (one measured row per machine calibrates it); the other runs are
+predicted with the default constants: "before". "after" is the machine calibrated on its first run
+alone, as ``solve calibrate`` fits the prompt constants (solver.calibrate.promptfit); the other runs are
 held out. Same-machine pairs compare the predicted ratio of two runs' speeds with the measured one,
 before calibration (the ratio is what a choice of ``-ub`` rests on).
 
@@ -21,8 +21,9 @@ from pathlib import Path
 
 import yaml
 
+from solver.calibrate.measured import Run
+from solver.calibrate.promptfit import PromptScoring, fit_prompt, prompt_line, start_x
 from solver.engines import engine_named
-from solver.engines.llamacpp.prompt import scored_prompt
 from tests.helpers.fidelity import _rig, relative_error, rows_of
 
 FOLDER = Path(__file__).resolve().parents[1] / "fixtures" / "prompt"
@@ -43,35 +44,40 @@ class Row:
 
 
 def machine_rows(path: Path, folder: Path) -> list[Row]:
-    """Every scored run of one machine file, calibrated on its first."""
+    """Every scored run of one machine file, calibrated on its first (``solve calibrate``'s fit)."""
     doc = yaml.safe_load(path.read_text())
-    engine = engine_named("llama.cpp")
     doc.setdefault("host_bandwidth_nominal", "unknown")
     problems = {}
     runs = [r for r in doc["runs"] if "exclude" not in r]
-    predicted = []
-    for r in runs:
+    x0 = start_x(None, None)
+    scorings = []
+    for i, r in enumerate(runs):
         model_file = (FOLDER / r.get("model_file", doc["model_file"])).resolve()
-        if str(model_file) not in problems:
-            problems[str(model_file)] = _rig(doc, model_file, folder)
-        p = problems[str(model_file)]
+        name = r.get("engine", doc.get("engine", "llama.cpp"))  # each run scored by the engine it ran
+        key = f"{model_file}|{name}"
+        if key not in problems:
+            problems[key] = _rig(doc, model_file, folder, name)
+        p = problems[key]
+        engine = engine_named(name)
         args = engine.read_command(shlex.split(r["flags"]))
         scored = engine.score(p, args)
-        speed = scored_prompt(scored.problem, scored, args, depth=r["depth"])
-        predicted.append(speed.tokens_per_s)
-    scale = runs[0]["pp"] / predicted[0]
+        tokens, base, slope = prompt_line(scored.problem, scored, args, r["depth"], x0)
+        words = tuple(shlex.split(r["flags"]))
+        run = Run(f"{path.name} run {i + 1}", words, r["depth"], float(r["pp"]), 0.0, r["flags"])
+        scorings.append(PromptScoring(run, tokens, base, slope, base + float(slope @ x0)))
+    fitted = fit_prompt(scorings[:1], x0).predict(scorings)
     return [
         Row(
             doc["machine"],
             r["flags"],
             r["depth"],
             float(r["pp"]),
-            pred,
-            pred * scale,
+            1000.0 * s.tokens / s.before_ms,
+            1000.0 * s.tokens / after,
             i == 0,
             Path(r.get("model_file", doc["model_file"])).stem,
         )
-        for i, (r, pred) in enumerate(zip(runs, predicted))
+        for i, (r, s, after) in enumerate(zip(runs, scorings, fitted))
     ]
 
 

@@ -63,10 +63,14 @@ class IkLlama(LlamaCpp):
             logits_bytes=4 * rig.n_ubatch * (model.vocab_size or 0),
         )
         fields = dataclasses.replace(fields, **ik_units(model, rig.host_bandwidth, experts))
+        if fields.prompt is not None:  # ik offloads a CPU expert weight from 32 x experts / active tokens
+            most = int(np.max(experts)) if len(experts) else 0
+            batch = offload_min_batch(most, int(model.active_experts or 1), PROMPT_OFFLOAD_MIN_BATCH)
+            fields = dataclasses.replace(fields, prompt=dataclasses.replace(fields.prompt, min_batch=batch))
         return dataclasses.replace(base, fields=fields)
 
     def prompt_offload_batch(self, p: Problem) -> int:
-        """The least ubatch whose CPU experts ik offloads for prompt processing (no prefill model yet)."""
+        """The least ubatch whose CPU experts ik offloads for prompt processing."""
         f = IkFields.of(p)
         experts = int(p.experts.max()) if p.experts is not None and len(p.experts) else 0
         return offload_min_batch(experts, int(f.active_experts or 1), PROMPT_OFFLOAD_MIN_BATCH)

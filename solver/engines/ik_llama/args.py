@@ -300,6 +300,11 @@ def _server(r: _State, flag: str, value: str | None, shown: str) -> None:
         f["fused_moe"] = False
     elif what == "rtr":
         f["repack"] = True
+    elif what in ("batch", "ubatch"):  # the prompt's micro-batch: placement is unchanged
+        n = stoi(flag, value)
+        if n < 1:
+            raise ArgsError(f"{shown}: invalid value")
+        f["n_batch" if what == "batch" else "n_ubatch"] = n
 
 
 def _kv(f: dict, what: str, value: str, shown: str) -> None:

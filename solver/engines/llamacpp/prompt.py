@@ -5,16 +5,20 @@ llama.cpp splits a prompt into micro-batches of ``n_ubatch`` tokens (``-ub``, 51
 each through every stage. Per micro-batch of ``m`` tokens a GPU stage costs:
 
 * **compute**: the FLOPs of its layers' active weights, ``2 * m`` per weight a token uses (the dense
-  weights, and ``active_experts`` of the layer's experts), plus attention, ``4 * m * q_width`` per key
-  the micro-batch attends to (every cell up to its last token), at the card's matrix throughput
-  (``tflops`` of the card table, or the GPU's ``matrix_tflops``) times ``matrix_efficiency``. An expert
-  matrix sees only ``m * active / experts`` tokens, and runs at ``t / (t + EXPERT_HALF_TOKENS)`` of that
-  rate with ``t`` tokens;
+  weights, and ``active_experts`` of the layer's experts: counted from the model's ``geometry`` where it
+  has one, else from the bytes at ``dense_bits`` / ``expert_bits``), plus attention, ``2 * n_head *
+  (head_k + head_v)`` per key a token attends to, at the card's matrix throughput (``tflops`` of the
+  card table, or the GPU's ``matrix_tflops``) times ``matrix_efficiency``. With flash attention a
+  token attends to the keys up to its own (the kernels stop at the last unmasked key of their tile), a
+  sliding-window layer to at most its window plus the micro-batch; without, to the whole cache view. An
+  expert matrix sees only ``m * active / experts`` tokens, and runs at ``t / (t + EXPERT_HALF_TOKENS)``
+  of that rate with ``t`` tokens;
 * **copies**: each expert tensor kept in host memory is copied to the stage's GPU over PCIe once per
   micro-batch and computed there when ``m >= min_batch`` (ggml-cuda's ``ggml_backend_cuda_device_
   offload_op``: ``GGML_OP_OFFLOAD_MIN_BATCH`` = 32 tokens; an engine with its own threshold gives
-  ``min_batch``): bytes over ``pcie_bandwidth``. A smaller micro-batch computes them on the CPU at
-  ``cpu_flops``.
+  ``min_batch``): the bytes of the experts the micro-batch routes to, ``1 - (1 - active / experts) **
+  m`` of them (the scheduler copies only the used experts), over ``pcie_bandwidth``. A smaller
+  micro-batch computes them on the CPU at ``cpu_flops``.
 
 The stages overlap micro-batches (pipeline parallelism) only when llama.cpp turns it on: several GPUs,
 every layer and the KV cache on GPUs and no tensor override (``src/llama-context.cpp``), so a plan that
@@ -75,6 +79,10 @@ class PromptModel:
     attention (L,)  FLOPs per token per key attended (0 for layers without a KV cache)
     tokens_share (L,)  active / experts of each layer (the share of a micro-batch an expert sees)
     expert_bytes (L,)  bytes of each layer's experts, all of them
+    window (L,)     sliding-window length of each layer (0: full attention)
+    pcie_given (k,) the rig gives the GPU's ``pcie_bandwidth`` (the rate copies reach: no
+                    ``pcie_efficiency`` applies to it)
+    efficiency, pcie_efficiency: the matrix and PCIe efficiencies ``flops`` and ``pcie`` hold
     """
 
     flops: np.ndarray
@@ -90,6 +98,10 @@ class PromptModel:
     min_batch: int = OFFLOAD_MIN_BATCH
     cpu_flops: float = CPU_FLOPS
     depth: int = 0
+    window: np.ndarray | None = None
+    pcie_given: np.ndarray | None = None
+    efficiency: float = MATRIX_EFFICIENCY
+    pcie_efficiency: float = PCIE_EFFICIENCY
 
     @property
     def known(self) -> bool:
@@ -101,17 +113,40 @@ class PromptModel:
         p, n = prompt or self.prompt, n_ubatch or self.n_ubatch
         return [n] * (p // n) + ([p % n] if p % n else [])
 
+    def keys_flops(self, a: int, b: int, m: int, pos: int) -> float:
+        """Attention FLOPs of layers [a, b) over a micro-batch of ``m`` tokens after ``pos`` cached ones:
+        with flash attention each token attends to the keys up to its own (on average ``pos + (m + 1) /
+        2``), a sliding-window layer to at most its window of the cache; without, to the whole view."""
+        new = (m + 1) / 2 if self.flash_attn else float(m)
+        att = self.attention[a:b]
+        if self.window is None:
+            return m * (pos + new) * float(att.sum())
+        win = self.window[a:b]
+        keys = np.where(win > 0, np.minimum(pos, win), pos) + new
+        return m * float(np.sum(att * keys))
+
+    def copied_share(self, a: int, b: int, m: int) -> float:
+        """Share of the expert bytes of layers [a, b) a micro-batch of ``m`` tokens routes to (uniform
+        routing): llama.cpp's scheduler copies only the experts some token of the micro-batch uses."""
+        eb = self.expert_bytes[a:b]
+        total = float(eb.sum())
+        if total <= 0:
+            return 1.0
+        used = 1.0 - (1.0 - np.clip(self.tokens_share[a:b], 0.0, 1.0)) ** m
+        return float(np.sum(eb * used)) / total
+
     def stage_ms(self, g: int, a: int, b: int, host_bytes: int, m: int, pos: int) -> float:
         """ms GPU g takes for layers [a, b) on a micro-batch of ``m`` tokens after ``pos`` in the cache,
         with ``host_bytes`` of their experts in host memory."""
         t = m * self.tokens_share[a:b]
         sat = np.where(t > 0, t / (t + EXPERT_HALF_TOKENS), 1.0)
         expert = float(np.sum(self.expert[a:b] * m / sat))
-        work = m * float(self.dense[a:b].sum()) + m * (pos + m) * float(self.attention[a:b].sum())
+        work = m * float(self.dense[a:b].sum()) + self.keys_flops(a, b, m, pos)
         ms = 0.0
         if host_bytes:
             if m >= self.min_batch:
-                ms += 1000.0 * host_bytes / max(float(self.pcie[g]), 1.0)
+                copied = host_bytes * self.copied_share(a, b, m)
+                ms += 1000.0 * copied / max(float(self.pcie[g]), 1.0)
             else:  # the CPU computes the experts in host memory, the GPU the rest
                 host = min(1.0, host_bytes / max(float(self.expert_bytes[a:b].sum()), 1.0))
                 ms += 1000.0 * host * m * float(self.expert[a:b].sum()) / self.cpu_flops
@@ -187,6 +222,34 @@ def _layers(value, n: int) -> np.ndarray:
     return np.asarray(per_layer(value, n), dtype=np.float64)
 
 
+def geometry_flops(model: ModelConfig, experts: np.ndarray) -> tuple[np.ndarray, ...] | None:
+    """FLOPs per token of each layer's dense weights and active experts, attention FLOPs per key and
+    each layer's sliding window, counted from the model's ``geometry`` (the weights' shapes); None
+    without one, or for a model with layers it does not spell out (MLA, recurrent layers), whose
+    FLOPs then come from the bytes."""
+    g = model.geometry
+    if g is None or g.kv_lora_rank or g.ssm_inner:
+        return None
+    n = model.layers
+    head_kv = _layers(g.head_kv, n)
+    if np.any(head_kv <= 0):
+        return None
+    e = np.asarray(experts, dtype=np.float64)
+    active = float(model.active_experts or 0)
+    attn_w = (
+        g.n_embd * (g.n_head * g.head_k + head_kv * (g.head_k + g.head_v)) + g.n_head * g.head_v * g.n_embd
+    )
+    moe = e > 0
+    ffn = np.where(moe, g.n_embd * (3 * g.n_ff_shexp + e), 3.0 * g.n_embd * _layers(g.n_ff, n))
+    dense = 2.0 * (attn_w + ffn)
+    expert = np.where(moe, 2.0 * active * 3 * g.n_embd * g.n_ff_exp, 0.0)
+    attention = np.full(n, 2.0 * g.n_head * (g.head_k + g.head_v))
+    window = np.zeros(n)
+    if g.swa_window:
+        window[[i for i in g.swa_layers if i < n]] = g.swa_window
+    return dense, expert, attention, window
+
+
 def prompt_model(rig: RigConfig, model: ModelConfig, experts: np.ndarray) -> PromptModel:
     """The rig's and model's prompt constants (the module docstring); ``experts`` (L,) routed experts
     per layer."""
@@ -199,17 +262,22 @@ def prompt_model(rig: RigConfig, model: ModelConfig, experts: np.ndarray) -> Pro
         pcie.append(rate if g.pcie_bandwidth is not None else rate * pcie_eff)
     n = model.layers
     e = np.asarray(experts, dtype=np.float64)
-    expert_bits = model.expert_bits or DEFAULT_BITS
-    dense_bits = model.dense_bits or DEFAULT_BITS
     expert_bytes = _layers(model.expert_bytes, n) * e
     active = float(model.active_experts or 0)
     share = np.where(e > 0, active / np.maximum(e, 1), 0.0)
-    dense = 2.0 * _layers(model.dense_bytes or 0, n) * 8.0 / dense_bits
-    expert = 2.0 * expert_bytes * share * 8.0 / expert_bits
-    kv_layer = np.asarray(kv_per_layer_of(model), dtype=np.float64)
-    # an f16 cache holds head_kv * (head_k + head_v) * 2 bytes per token; queries are DEFAULT_GQA x the
-    # KV heads, so 4 FLOPs per query width per key is 4 * DEFAULT_GQA * kv / 4
-    attention = DEFAULT_GQA * kv_layer
+    shapes = geometry_flops(model, e)
+    if shapes is not None:
+        dense, expert, attention, window = shapes
+    else:
+        expert_bits = model.expert_bits or DEFAULT_BITS
+        dense_bits = model.dense_bits or DEFAULT_BITS
+        dense = 2.0 * _layers(model.dense_bytes or 0, n) * 8.0 / dense_bits
+        expert = 2.0 * expert_bytes * share * 8.0 / expert_bits
+        kv_layer = np.asarray(kv_per_layer_of(model), dtype=np.float64)
+        # an f16 cache holds head_kv * (head_k + head_v) * 2 bytes per token; queries are DEFAULT_GQA x
+        # the KV heads, so 2 * n_head * (head_k + head_v) FLOPs per key is DEFAULT_GQA * kv
+        attention = DEFAULT_GQA * kv_layer
+        window = None
     return PromptModel(
         flops=flops,
         pcie=np.array(pcie, dtype=np.float64),
@@ -222,6 +290,10 @@ def prompt_model(rig: RigConfig, model: ModelConfig, experts: np.ndarray) -> Pro
         n_ubatch=rig.n_ubatch,
         flash_attn=rig.flash_attn == "on",
         depth=rig.depth,
+        window=window,
+        pcie_given=np.array([g.pcie_bandwidth is not None for g in rig.gpus]),
+        efficiency=eff,
+        pcie_efficiency=pcie_eff,
     )
 
 
@@ -240,12 +312,15 @@ def _flag(ignored: tuple[str, ...], names: tuple[str, ...]) -> int | None:
     return value
 
 
-def scored_prompt(q, scored, args, depth: int | None = None) -> PromptSpeed | None:
+def scored_prompt(
+    q, scored, args, depth: int | None = None, pm: PromptModel | None = None
+) -> PromptSpeed | None:
     """The prompt speed of a scored llama.cpp command: its stages, its ``-ub``/``-b`` (the micro-batch is
     the smaller) and llama-bench's ``-p`` for the prompt, at ``depth`` tokens already in the cache
     (default: llama-bench's ``-d``, else the rig's); pipeline parallelism only with several GPU stages,
-    no layer and no expert tensor in host memory. None without a prompt model."""
-    pm = LlamaFields.of(q).prompt
+    no layer and no expert tensor in host memory. ``pm`` replaces the problem's prompt model (other
+    constants, as calibration tries them). None without a prompt model."""
+    pm = LlamaFields.of(q).prompt if pm is None else pm
     if pm is None:
         return None
     ubatch = args.n_ubatch or pm.n_ubatch
