@@ -79,8 +79,15 @@ def _host_free() -> int:
 
 @pytest.mark.parametrize(("key", "cards", "context"), RIGS, ids=[f"{m}-{len(c)}dev-{x}" for m, c, x in RIGS])
 def test_fit_default_prints_llama_fit_params_command(
-    key, cards, context, rpc, model_files, llama_bin, tmp_path
-):
+    key: str,
+    cards: tuple[int, ...],
+    context: int,
+    rpc: list[str],
+    model_files: dict[str, tuple[Path, Path]],
+    llama_bin: Path,
+    tmp_path: Path,
+) -> None:
+    """One random rig: the binary's printed command is moesplit's fit default for the same view."""
     gguf, yaml = model_files[key]
     free = _host_free()
     margins = [free // MiB - card + 1024 for card in cards]

@@ -79,7 +79,7 @@ CARDS = (("8 GiB", "448 GB/s"), ("12 GiB", "360 GB/s"), ("16 GiB", "288 GB/s"), 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", range(8))
-def test_the_plan_is_never_slower_than_fit_on_random_cards(seed, tmp_path: Path):
+def test_the_plan_is_never_slower_than_fit_on_random_cards(seed: int, tmp_path: Path) -> None:
     rng = random.Random(f"fit-cards-{seed}")
     model = ROOT / "models" / f"{GEOMETRY_MODELS[seed % len(GEOMETRY_MODELS)]}.yaml"
     lines = [f"model: {model}", "engine: llama.cpp", "host_bandwidth: 60 GB/s"]

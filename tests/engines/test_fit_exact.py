@@ -38,8 +38,18 @@ import pytest
 
 from solver.engines import engine_of
 from solver.engines.llamacpp import fitdefault
-from solver.engines.llamacpp.fit import DeviceMemory, Measurement, MiB, ModelInfo, fit, user_params_from_cli
+from solver.engines.llamacpp.fit import (
+    DeviceMemory,
+    FitResult,
+    Measurement,
+    MiB,
+    ModelInfo,
+    Oracle,
+    fit,
+    user_params_from_cli,
+)
 from solver.planning.resolve import load_problem
+from solver.problem.problem import Problem
 from tests.engine import harness
 
 CASES = sorted((Path(__file__).resolve().parents[1] / "fixtures" / "fit").glob("*.json"))
@@ -75,7 +85,7 @@ def models(tmp_path_factory) -> dict[str, Path]:
     return out
 
 
-def _problem(rec: dict, model: Path, d: Path, binary: bool):
+def _problem(rec: dict, model: Path, d: Path, binary: bool) -> Problem:
     """The case's rig in the binary's view (every GPU the host's free memory) or the rig's (free less
     the case's margin plus fit's own)."""
     user = user_params_from_cli(rec["args"], len(rec["devices"]))
@@ -101,14 +111,14 @@ def _as_recorded(text: str, rec: dict) -> str:
     return text
 
 
-def _fit(rec: dict, p, oracle):
+def _fit(rec: dict, p: Problem, oracle: Oracle) -> FitResult:
     rig = fitdefault.FitRig.of(p)
     user = fitdefault.UserParams(margins=_margins(rec), n_ctx=p.context)
     return fit(ModelInfo(**rec["model_info"]), rig.devices, user, oracle)
 
 
 @pytest.mark.slow
-def test_the_exact_dry_run_is_llamacpps_count(models, tmp_path):
+def test_the_exact_dry_run_is_llamacpps_count(models: dict[str, Path], tmp_path: Path) -> None:
     n, worst = 0, [0, 0]
     for rec in RECS:
         p = _problem(rec, models[rec["model"]], tmp_path, binary=True)
@@ -138,7 +148,7 @@ def test_the_exact_dry_run_is_llamacpps_count(models, tmp_path):
     print(f"{n} device dry runs; worst weights {worst[0]} B, compute {worst[1]} B")
 
 
-def _commands(models, d: Path, binary: bool) -> tuple[list[str], list[str]]:
+def _commands(models: dict[str, Path], d: Path, binary: bool) -> tuple[list[str], list[str]]:
     """The cases whose command the fit default prints as the binary did, and the others (with both)."""
     agree, differ = [], []
     for rec in RECS:
@@ -156,14 +166,18 @@ def _commands(models, d: Path, binary: bool) -> tuple[list[str], list[str]]:
 
 
 @pytest.mark.slow
-def test_the_fit_default_prints_the_binarys_command_in_its_view(models, tmp_path):
+def test_the_fit_default_prints_the_binarys_command_in_its_view(
+    models: dict[str, Path], tmp_path: Path
+) -> None:
     agree, differ = _commands(models, tmp_path, binary=True)
     assert not differ
     assert len(agree) == len(RECS) == 46
 
 
 @pytest.mark.slow
-def test_the_fit_default_prints_the_binarys_command_on_the_rig(models, tmp_path):
+def test_the_fit_default_prints_the_binarys_command_on_the_rig(
+    models: dict[str, Path], tmp_path: Path
+) -> None:
     agree, differ = _commands(models, tmp_path, binary=False)
     assert set(differ) == RIG_DIFFERS
     assert len(agree) == len(RECS) - len(RIG_DIFFERS)
