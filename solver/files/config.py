@@ -23,7 +23,7 @@ from pydantic import (
 from solver.errors import InputError, brief
 from solver.files.kvcache import KV_TYPES
 from solver.files.yamlfile import YamlDoc, key_name, load_yaml
-from solver.units import MAX_CONTEXT, parse_rate, parse_size
+from solver.units import MAX_CONTEXT, parse_rate, parse_size, per_layer
 
 Size = Annotated[int, BeforeValidator(parse_size)]
 Rate = Annotated[int, BeforeValidator(parse_rate)]
@@ -232,6 +232,7 @@ class ModelConfig(_Strict):
     curve: Curve = CoverCurve(kind="cover", b=3.0)
     active_experts: Count | None = None
     expert_tensors: dict[str, PerLayerSize] | None = None
+    ffn_tensors: dict[str, PerLayerSize] | None = None
     max_context: Count | None = None
     nextn_layers: Whole = 0
     kv_type: KvType = "f16"
@@ -449,6 +450,18 @@ def load_model(path: Path) -> tuple[ModelConfig, YamlDoc]:
         dense = [i for i, (e, b) in enumerate(zip(experts, sizes)) if b and not e]
         if dense:
             raise doc.error(("expert_tensors", name), f"has bytes in layer {dense[0]}, which has 0 experts")
+    ffn = [0] * model.layers
+    for name, value in (model.ffn_tensors or {}).items():
+        if isinstance(value, list) and len(value) != model.layers:
+            raise doc.error(
+                ("ffn_tensors", name), f"has {len(value)} entries; expected one per layer ({model.layers})"
+            )
+        ffn = [a + b for a, b in zip(ffn, per_layer(value, model.layers))]
+    over = [i for i, (f, d) in enumerate(zip(ffn, per_layer(model.dense_bytes, model.layers))) if f > d]
+    if over:
+        raise doc.error(
+            ("ffn_tensors",), f"add up to more than layer {over[0]}'s dense_bytes, which hold them"
+        )
     if isinstance(model.kinds, list) and len(model.kinds) > model.layers:
         raise doc.error(("kinds",), f"has {len(model.kinds)} entries, more than the {model.layers} layers")
     kinds = set(model.kinds) if model.kinds else {"default"}

@@ -30,7 +30,7 @@ __all__ = ["first_shard", "read_gguf"]
 SOURCE_ORDER = (
     "name", "layers", "experts", "active_experts", "expert_bytes", "dense_bytes", "kinds", "state_bytes",
     "kv_bytes_per_token", "first_stage_bytes", "last_stage_bytes", "max_context", "nextn_layers",
-    "other_weight_bytes", "expert_tensors",
+    "other_weight_bytes", "expert_tensors", "ffn_tensors",
 )  # fmt: skip
 
 
@@ -63,6 +63,7 @@ def read_gguf(path: Path, kv_type: str = "f16") -> ImportedModel:
         expert_bytes=counted.expert_bytes,
         expert_tensors=counted.expert_tensors,
         dense_bytes=counted.dense_bytes,
+        ffn_tensors=counted.ffn_tensors,
         kinds=kinds,
         state_bytes=state,
         kv_bytes_per_token=kv,

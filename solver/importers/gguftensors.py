@@ -8,8 +8,12 @@ head; and what no stage holds.
   experts (their last GGML dimension must agree); any other layer (``leading_dense_block_count``,
   ``mlp_only_layers``) has 0. ``expert_tensors`` are those tensors (biases and scales included) by
   ``n_bytes``; ``expert_bytes[l]`` is their sum over the layer's experts, rounded up; every other
-  ``blk.l.`` tensor is ``dense_bytes[l]``. An older Mixtral conversion's per-expert tensors
-  (``blk.N.ffn_gate.E.weight``) count as the ``ffn_gate_exps`` tensor llama.cpp merges them into.
+  ``blk.l.`` tensor is ``dense_bytes[l]``; of them, the feed-forward ones that are not routed experts
+  (``FFN_TENSOR``: the router, shared experts, a dense layer's MLP, their biases) are also listed by
+  name in ``ffn_tensors``, because llama.cpp's ``--fit`` moves them with a layer's expert tensors when
+  a layer only partly fits (its ``blk.N.ffn_down.*`` rules). An older Mixtral conversion's
+  per-expert tensors (``blk.N.ffn_gate.E.weight``) count as the ``ffn_gate_exps`` tensor llama.cpp
+  merges them into.
 - ``last_stage_bytes`` = ``output.*`` + ``output_norm.*``: llama.cpp puts the output slot on the
   last device. Without ``output.weight`` the embeddings are tied and llama.cpp loads ``token_embd``
   a second time there (``TENSOR_DUPLICATED``), so it counts as the head. ``first_stage_bytes`` is 0:
@@ -35,6 +39,10 @@ EXPERT_STEMS = ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps", "ffn_gate_up_ex
 #: Tensors of the output slot (the head), counted on the last stage.
 HEAD_TENSORS = ("output.weight", "output.bias", "output_norm.weight", "output_norm.bias")
 
+#: A layer's feed-forward tensor that is not a routed expert, by its name after ``blk.N.``: what the
+#: ``-ot`` rules ``--fit`` writes for a partly fitting layer (``blk\.N\.ffn_(gate|up|gate_up|down).*``
+#: and narrower) reach beyond the expert tensors.
+FFN_TENSOR = re.compile(r"^ffn_(gate|up|down)")
 #: A layer's tensor: ``blk.N.`` and the rest of its name.
 BLOCK_TENSOR = re.compile(r"^blk\.(\d+)\.(.+)$")
 #: One expert's tensor in an older Mixtral conversion (``blk.N.ffn_gate.E.weight``): llama.cpp merges
@@ -107,6 +115,7 @@ class Counted:
     expert_bytes: list[int]
     expert_tensors: dict[str, list[int]]
     dense_bytes: list[int]
+    ffn_tensors: dict[str, list[int]]
     head_bytes: int
     other_bytes: int
 
@@ -122,6 +131,7 @@ def count_tensors(
     """Split every tensor's bytes into experts, dense layer weights, the head, and what is not counted."""
     dense = [0] * layers
     expert_tensors: dict[str, list[int]] = {}
+    ffn_tensors: dict[str, list[int]] = {}
     moe = [False] * layers
     per_expert: list[dict[str, set[int]]] = [{} for _ in range(layers)]
     head = {}
@@ -151,6 +161,8 @@ def count_tensors(
             continue
         if stem not in EXPERT_STEMS:
             dense[il] += t.n_bytes
+            if FFN_TENSOR.match(rest):
+                ffn_tensors.setdefault(rest.removesuffix(".weight"), [0] * layers)[il] += t.n_bytes
             continue
         if not t.shape or t.shape[-1] != meta.expert_count:
             want = f"{meta.expert_count} experts in its last dimension"
@@ -178,6 +190,11 @@ def count_tensors(
     sources["dense_bytes"] = "n_bytes of every other blk.N tensor (attention, router, shared experts, norms)"
     if dropped:
         sources["dense_bytes"] += f"; the MTP layers' {dropped} bytes are left out"
+    if ffn_tensors:
+        sources["ffn_tensors"] = (
+            "n_bytes of the blk.N.ffn_{gate,up,down}* tensors that are not routed experts"
+            " (part of dense_bytes)"
+        )
     if "output.weight" in by_name:
         sources["last_stage_bytes"] = (
             "output.weight + output_norm.weight (llama.cpp's output is on the last GPU)"
@@ -198,7 +215,13 @@ def count_tensors(
         )
     expert_tensors = {k: expert_tensors[k] for k in sorted(expert_tensors, key=_expert_key_order)}
     return Counted(
-        experts, expert_bytes, expert_tensors, dense, sum(head.values()), sum(other.values()) + dropped
+        experts,
+        expert_bytes,
+        expert_tensors,
+        dense,
+        dict(sorted(ffn_tensors.items())),
+        sum(head.values()),
+        sum(other.values()) + dropped,
     )
 
 

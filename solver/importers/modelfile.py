@@ -20,6 +20,8 @@ class ImportedModel:
     expert_tensors       tensor name after ``blk.N.`` (``.weight`` dropped, ``.bias`` kept, e.g.
                          ``ffn_gate_exps``, ``ffn_down_exps.bias``) -> bytes per layer (L,), 0 where absent
     dense_bytes (L,)     every other tensor of the layer (attention, router, shared experts, norms)
+    ffn_tensors          of those, the feed-forward tensors (router, shared experts, a dense layer's MLP)
+                         by name as in ``expert_tensors`` -> bytes per layer (L,); empty: not known
     kinds (L,)           layer kind names (e.g. ``full``, ``linear``, ``sliding``)
     state_bytes          fixed per-layer session state by kind (linear attention / SSM), bytes
     kv_bytes_per_token   KV cache bytes per token by kind
@@ -61,6 +63,7 @@ class ImportedModel:
     embedding_bytes: int = 0
     other_weight_bytes: int = 0
     geometry: dict[str, object] | None = None
+    ffn_tensors: dict[str, list[int]] = field(default_factory=dict)
 
 
 def check_sizes(m: ImportedModel, shown: str) -> None:
@@ -233,6 +236,11 @@ def model_yaml(m: ImportedModel, profile: str | None = None) -> str:
             value = _compact(sizes)
             text = f"  {name}: {_flow(value, 4) if isinstance(value, list) else value}"
             body.append(text)
+    if m.ffn_tensors:
+        body.append("ffn_tensors:                      # other feed-forward tensors (in dense_bytes), bytes")
+        for name, sizes in m.ffn_tensors.items():
+            value = _compact(sizes)
+            body.append(f"  {name}: {_flow(value, 4) if isinstance(value, list) else value}")
     if m.geometry:
         body.append("geometry:                         # llama.cpp's compute graph (docs/engines.md)")
         for key, value in m.geometry.items():

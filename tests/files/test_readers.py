@@ -63,6 +63,21 @@ def test_per_layer_lists_of_the_wrong_length(base, write, key, n):
     assert msg.line == key_line(dump(model), (key,))
 
 
+@pytest.mark.parametrize(
+    ("value", "expect"),
+    [
+        (["1 MiB"] * 5, "ffn_tensors.ffn_gate_inp: has 5 entries; expected one per layer (6)"),
+        ("11 MiB", "ffn_tensors: add up to more than layer 0's dense_bytes, which hold them"),
+    ],
+)
+def test_ffn_tensors_beside_dense_bytes(base, write, value, expect):
+    model = copy.deepcopy(MODEL)
+    model["ffn_tensors"] = {"ffn_gate_inp": value}
+    p = write("m.yaml", dump(model))
+    msg = input_error(invoke(base / "rig.yaml", "--model", p), files(base, p))
+    assert msg.rest.startswith(expect)
+
+
 def test_kinds_longer_than_the_layers(base, write):
     model = copy.deepcopy(MODEL)
     model["kinds"] = ["linear", "full"] * 4

@@ -157,8 +157,9 @@ def test_qwen3moe_q4_k_m_like(tmp_path: Path) -> None:
     assert list(model.sources) == [
         *("name", "layers", "experts", "active_experts", "expert_bytes", "dense_bytes", "kinds"),
         *("state_bytes", "kv_bytes_per_token", "first_stage_bytes", "last_stage_bytes", "max_context"),
-        *("other_weight_bytes", "expert_tensors"),
+        *("other_weight_bytes", "expert_tensors", "ffn_tensors"),
     ]
+    assert model.ffn_tensors == {"ffn_gate_inp": [H * E * 4] * 4}  # the router, f32
 
 
 @pytest.mark.parametrize(
@@ -302,6 +303,17 @@ def test_deepseek2_mla(tmp_path: Path, kv_type: str, row: int) -> None:
     moe = attention + nb(Q.F32, H, E) + nb(Q.F32, E) + 3 * nb(Q.Q8_0, H, F)
     assert model.dense_bytes == [dense0, moe, moe]
     assert model.expert_bytes == [0] + [(2 * nb(Q.Q4_K, H, F, E) + nb(Q.Q6_K, F, H, E)) // E] * 2
+    # the feed-forward tensors --fit's extra-layer rules move: layer 0's MLP, then router and shared expert
+    dense_mlp, shared = nb(Q.Q8_0, H, 2 * F), nb(Q.Q8_0, H, F)
+    assert model.ffn_tensors == {
+        "ffn_down": [dense_mlp, 0, 0],
+        "ffn_down_shexp": [0, shared, shared],
+        "ffn_gate": [dense_mlp, 0, 0],
+        "ffn_gate_inp": [0, nb(Q.F32, H, E), nb(Q.F32, H, E)],
+        "ffn_gate_shexp": [0, shared, shared],
+        "ffn_up": [dense_mlp, 0, 0],
+        "ffn_up_shexp": [0, shared, shared],
+    }
     assert "MLA" in model.sources["kv_bytes_per_token"]
 
 

@@ -115,11 +115,12 @@ def _compute_buffers(rig: RigConfig, model: ModelConfig) -> dict:
             tail += max(r.only - (r.middle + head + tail), 0)
     counted = tuple(None if gpu.buffer is not None else each for gpu in rig.gpus)
     dense = per_layer(model.dense_bytes, model.layers)
+    ffn = tuple((name, tuple(per_layer(v, model.layers))) for name, v in (model.ffn_tensors or {}).items())
     return {
         "buffers": [each] * k,
         "last_stage_extra": tail,
         "first_stage_bytes": first + head,
-        "llama_memory": llama_memory.PlanMemory(g, flags, counted, head, tail, tuple(dense)),
+        "llama_memory": llama_memory.PlanMemory(g, flags, counted, head, tail, tuple(dense), ffn),
     }
 
 

@@ -13,21 +13,27 @@ is at most 1024 MiB.
 Where the model file has a ``geometry:`` block (``solve model from-gguf`` writes one), the dry run is
 ``ExactOracle`` instead, llama.cpp's own count (``llama-fit-params --fit-print``): per device the weights
 its buffers hold (each layer's ``dense_bytes`` on the layer's device, not a sliding-window cache the
-model file counts as state, each expert tensor where the dry run's
-``-ot`` rules put it, the output on the output's device), the KV cache and the compute buffer that
-``memory.estimate`` gives for the dry run's own placement (its ``-ot`` rules too, those to another
-GPU's buffer included: fit's "extra layer"). The weights are moesplit's byte counts, which move expert
-tensors only: a rule fit writes for an extra layer (``blk\\.N\\.ffn_down.*``) also takes the layer's shared
-expert and router tensors along in llama.cpp, which the count leaves on the layer's device.
+model file counts as state, each expert tensor where the dry run's ``-ot`` rules put it, the output on
+the output's device), the KV cache and the compute buffer that ``memory.estimate`` gives for the dry
+run's own placement (its ``-ot`` rules too, those to another GPU's buffer included: fit's "extra
+layer"). A rule fit writes for an extra layer (``blk\\.N\\.ffn_down.*``) also takes the layer's shared
+expert and router tensors along: where the model file lists them (``ffn_tensors``, which from-gguf
+writes) they go where the rule sends them, else they stay in the layer's ``dense_bytes``.
+
+``fit_rig`` takes fit's margin per GPU (``-fitt``; 1024 MiB each by default), so the same fit can run
+on a view of the devices other than the rig's own (the engine tier's emulated cards: every rpc device
+reporting the host's memory free, a card emulated by its margin).
 """
 
 from __future__ import annotations
 
+import re
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from solver.engines.base import Engine
-from solver.engines.export import LLAMA_MAX_SPLITS
+from solver.engines.export import LLAMA_MAX_SPLITS, Offload
 from solver.engines.export_hosts import Hosts, llama_rpc_lines
 from solver.engines.llamacpp import memory
 from solver.engines.llamacpp.args import parse_llama_args
@@ -147,8 +153,19 @@ class ExactOracle:
         placed, _, _ = placed_bytes(q, Costs.of(q), args, dev, layers)
         k = q.n_gpus
         weights = [0] * (k + 1)  # the CPU last
+        rules = [(re.compile(pattern), f"{pattern}={buft}", buft) for pattern, buft in args.overrides]
         for layer, d in enumerate(layers):
-            weights[k if d == CPU else d] += _padded(self.pm.dense[layer])
+            home = k if d == CPU else d
+            stays = self.pm.dense[layer]
+            for name, sizes in self.pm.ffn:
+                size, tensor = sizes[layer], Offload(layer, name).name
+                rule = next((r for r in rules if size and r[0].search(tensor)), None)
+                to = home if rule is None else dev.of_buffer(rule[2], rule[1])
+                to = k if to == CPU else to
+                if to != home:
+                    stays -= size
+                    weights[to] += _padded(size)
+            weights[home] += _padded(stays)
         for g in range(k + 1):
             weights[g] += int(placed[:, g].sum())
         weights[k if output == CPU else output] += q.last_stage_bytes - self.pm.last_extra
@@ -175,16 +192,20 @@ def oracle_for(p: Problem, rig: FitRig, engine: Engine) -> Oracle:
     return ProblemOracle(p, rig, engine)
 
 
-def fit_rig(p: Problem, engine: Engine) -> tuple[FitResult, list[str]]:
+def fit_rig(p: Problem, engine: Engine, margins: Sequence[int] | None = None) -> tuple[FitResult, list[str]]:
     """fit on the rig at its context (set, so never shrunk) with no placement given, as llama-server runs
     with no -ngl/-ts/-ot; and the words of the command it amounts to (device flags, ``-c``, KV types and
-    fit's printed ``-ngl -ts -ot``; empty where fit gives up)."""
+    fit's printed ``-ngl -ts -ot``; empty where fit gives up). ``margins``: the bytes fit keeps free on
+    each rig GPU (``-fitt``, in rig order; default ``FIT_MARGIN`` each)."""
     rig = FitRig.of(p)
+    if margins is not None and len(margins) != p.n_gpus:
+        raise ValueError(f"{len(margins)} margins for {p.n_gpus} GPUs")
     n_expert = (
         0 if not len(LlamaFields.of(p).unit_layer) else int(p.experts.max()) if p.experts is not None else 1
     )
     model = ModelInfo(p.n_layers, p.context, n_expert)  # n_ctx_train: only read with the context unset
-    user = UserParams(margins=(FIT_MARGIN,) * p.n_gpus, n_ctx=p.context)
+    each = (FIT_MARGIN,) * p.n_gpus if margins is None else tuple(margins)
+    user = UserParams(margins=tuple(each[g] for g in rig.gpus), n_ctx=p.context)
     res = fit(model, rig.devices, user, oracle_for(p, rig, engine))
     printed = res.command()
     if printed is None:

@@ -1122,7 +1122,9 @@ class PlanMemory:
     count beyond it; a score takes them off again and counts the command's exact figures. ``dense`` is
     each layer's weights alone (the model file's ``dense_bytes``): a problem's ``layer_bytes`` adds the
     layer's state (a sliding-window cache counted as fixed state) and KV cache, which llama.cpp counts as
-    context, not weights (the exact --fit dry run, solver.engines.llamacpp.fitdefault, needs them apart)."""
+    context, not weights (the exact --fit dry run, solver.engines.llamacpp.fitdefault, needs them apart).
+    ``ffn`` is the model file's ``ffn_tensors``, (name, bytes per layer): the part of ``dense`` that an
+    ``-ot`` rule such as ``blk\\.N\\.ffn_down.*`` moves with the layer's experts."""
 
     geometry: Geometry
     flags: Flags
@@ -1130,3 +1132,4 @@ class PlanMemory:
     first_extra: int
     last_extra: int
     dense: tuple[int, ...] = ()
+    ffn: tuple[tuple[str, tuple[int, ...]], ...] = ()
