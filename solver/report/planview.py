@@ -78,9 +78,12 @@ def _gap(value: float | None, bound: float | None) -> float | None:
     return abs(value - bound) / max(abs(value), 1e-12)
 
 
-def _objective_value(plan: Placement, objective: str) -> float:
-    """What the objective (and so ``solver.bound``) measures: window ms, held mass, or slowest stage ms."""
-    return {"time": plan.window_ms, "mass": plan.held_mass}.get(objective, plan.bottleneck_ms)
+def _objective_value(plan: Placement, p: Problem) -> float | None:
+    """What the objective (and so ``solver.bound``) measures: window ms, held mass, slowest stage ms,
+    or one request's ms."""
+    if p.objective == "request":
+        return plan.request_ms(p.generate)
+    return {"time": plan.window_ms, "mass": plan.held_mass}.get(p.objective, plan.bottleneck_ms)
 
 
 def to_json(r: Result) -> dict:
@@ -88,7 +91,7 @@ def to_json(r: Result) -> dict:
     p, plan = r.problem, r.plan
     sol = r.solution
     proven = r.status == "optimal"
-    objective_value = None if plan is None else _objective_value(plan, p.objective)
+    objective_value = None if plan is None else _objective_value(plan, p)
     bound = objective_value if proven else sol.bound
     out: dict = {
         "rig": p.rig,
@@ -116,6 +119,11 @@ def to_json(r: Result) -> dict:
         for stage in out["stages"]:
             stage["host"] = p.host_names[p.hosts[stage["gpu"]]]
     out |= engine_of(p).plan_json(plan)
+    if p.objective == "request":
+        out["generate"] = p.generate
+        out["request_ms"] = plan.request_ms(p.generate) if plan else None
+    if r.candidates is not None:
+        out["ubatch_candidates"] = [c.json() for c in r.candidates]
     if r.reason:
         out["reason"] = r.reason
     out["baseline"] = _baseline_json(r.baseline)
