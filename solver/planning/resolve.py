@@ -69,7 +69,7 @@ def ubatch_candidates(prompt: int, context: int) -> list[int]:
     buffer grows), likewise for the context the compute graph is sized at."""
     cap = min(prompt, context) if context > 0 else prompt
     out = [n for n in UBATCH_CANDIDATES if n < cap]
-    return [*out, next((n for n in UBATCH_CANDIDATES if n >= cap), UBATCH_CANDIDATES[-1])]
+    return out + [n for n in UBATCH_CANDIDATES if n >= cap][:1]
 
 
 def resolve(
