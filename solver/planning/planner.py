@@ -20,8 +20,8 @@ from solver.problem.placement import Placement, bounds_ok, feasible
 from solver.problem.problem import Problem
 from solver.solvers import Limits, Solution, TooLarge
 from solver.solvers.arcs import Arcs
+from solver.solvers.exhaustive import settle
 from solver.solvers.orders import AnyOrder
-from solver.solvers.pipeline import settle
 from solver.solvers.proportional import solve_proportional
 from solver.solvers.route import POLICY, Policy, Route, forced_times, oracle, route, solve
 

@@ -13,6 +13,7 @@ pipeline their prompt take its makespan (``solver.solvers.pipeline``).
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import time
@@ -20,7 +21,7 @@ import time
 import numpy as np
 
 from solver.solvers import Limits, Solution, TooLarge, plan_arcs, stage_key
-from solver.solvers.arcs import Arcs
+from solver.solvers.arcs import Arcs, subset
 from solver.solvers.pipeline import plan_times
 from solver.solvers.policy import POLICY, Policy
 
@@ -114,3 +115,26 @@ def solve_exhaustive(arcs: Arcs, limits: Limits | None = None, policy: Policy = 
         bound,
         wall_ms=(time.perf_counter() - t0) * 1e3,
     )
+
+
+def settle(arcs: Arcs, solution: Solution, limits: Limits | None = None, policy: Policy = POLICY) -> Solution:
+    """The path solvers' answer on a request table, set against the best plan that pipelines its
+    prompt (enumerated on the arcs that leave nothing in host memory); unchanged on other tables.
+    Past ``policy.max_placements`` such placements the answer comes back unproven, with the reason."""
+    if arcs.prompt is None or arcs.prompt.shape[1] < 2 or not solution.found or not (arcs.host == 0).any():
+        return solution
+    resident = subset(arcs, arcs.host == 0)
+    try:
+        piped = solve_exhaustive(resident, limits, policy)
+    except TooLarge as exc:
+        return dataclasses.replace(
+            solution,
+            status="feasible",
+            reason=f"plans that keep every expert on the GPUs pipeline the prompt and are scored one by "
+            f"one: {exc}",
+        )
+    if not piped.found:
+        return solution
+    if plan_key(arcs, piped.gpus, piped.cuts) < plan_key(arcs, solution.gpus, solution.cuts):
+        return dataclasses.replace(solution, gpus=piped.gpus, cuts=piped.cuts, bound=None)
+    return solution

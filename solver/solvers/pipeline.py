@@ -4,20 +4,15 @@ not the sum of its stages' times the arcs carry.
 
 The makespan is no sum over arcs, so the path solvers (DP, CP-SAT) answer the table as if every
 prompt ran stage after stage, which is exact for every plan that leaves experts in host memory and
-too long for those that do not. ``settle`` then scores the plans that do not exhaustively, on the
-arcs that leave nothing in host memory, and keeps the better of the two answers by the same key as
-enumeration (``solver.solvers.exhaustive``), which scores the makespan itself.
+too long for those that do not. Enumeration (``solver.solvers.exhaustive``) scores the makespan
+itself, and its ``settle`` sets the path solvers' answer against the best plan that pipelines.
 """
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 
-from solver.solvers import Limits, Solution, TooLarge
-from solver.solvers.arcs import Arcs, subset
-from solver.solvers.policy import POLICY, Policy
+from solver.solvers.arcs import Arcs
 
 
 def makespan(prompt: np.ndarray) -> np.ndarray:
@@ -44,28 +39,3 @@ def plan_times(arcs: Arcs, ids: np.ndarray) -> np.ndarray:
         rows = arcs.prompt[ids[piped]]
         total[piped] += makespan(rows) - rows.sum(axis=(1, 2))
     return total
-
-
-def settle(arcs: Arcs, solution: Solution, limits: Limits | None = None, policy: Policy = POLICY) -> Solution:
-    """The path solvers' answer on a request table, set against the best plan that pipelines its
-    prompt (enumerated on the arcs that leave nothing in host memory); unchanged on other tables.
-    Past ``policy.max_placements`` such placements the answer comes back unproven, with the reason."""
-    from solver.solvers.exhaustive import plan_key, solve_exhaustive
-
-    if arcs.prompt is None or arcs.prompt.shape[1] < 2 or not solution.found or not (arcs.host == 0).any():
-        return solution
-    resident = subset(arcs, arcs.host == 0)
-    try:
-        piped = solve_exhaustive(resident, limits, policy)
-    except TooLarge as exc:
-        return dataclasses.replace(
-            solution,
-            status="feasible",
-            reason=f"plans that keep every expert on the GPUs pipeline the prompt and are scored one by "
-            f"one: {exc}",
-        )
-    if not piped.found:
-        return solution
-    if plan_key(arcs, piped.gpus, piped.cuts) < plan_key(arcs, solution.gpus, solution.cuts):
-        return dataclasses.replace(solution, gpus=piped.gpus, cuts=piped.cuts, bound=None)
-    return solution

@@ -19,8 +19,8 @@ from solver.planning.planner import plan_rig
 from solver.problem.placement import feasible
 from solver.solvers import Limits, plan_arcs
 from solver.solvers.cpsat import solve_cpsat
-from solver.solvers.exhaustive import solve_exhaustive
-from solver.solvers.pipeline import makespan, plan_times, settle
+from solver.solvers.exhaustive import settle, solve_exhaustive
+from solver.solvers.pipeline import makespan, plan_times
 from solver.solvers.route import exact_dp
 from tests.helpers.enginefactory import random_engine_problem, with_engine_fields
 from tests.helpers.tiers import examples
