@@ -237,6 +237,36 @@ def prompt_note(speed: PromptSpeed) -> str:
     return text
 
 
+def _s(ms_: float | None) -> str:
+    return "-" if ms_ is None else f"{ms_ / 1000:,.2f}"
+
+
+def ubatch_table(r: Result) -> Table:
+    """``--ubatch auto``: each micro-batch's plan, decode against prompt speed (the chosen one starred)."""
+    chosen = r.problem.engine_fields.n_ubatch
+    request = r.problem.objective == "request"
+    c = Table(show_header=True, box=box.SIMPLE_HEAD, pad_edge=False)
+    heads = [
+        "-ub",
+        "decode t/s",
+        "prompt t/s",
+        "TTFT s",
+        *(["request s"] if request else []),
+        "experts on CPU",
+    ]
+    for i, head in enumerate(heads):
+        c.add_column(head, justify="left" if i == 0 else "right", no_wrap=True)
+    for cand in r.candidates or []:
+        mark = f"{cand.n_ubatch:,}" + (" *" if cand.n_ubatch == chosen else "")
+        if cand.window_ms is None:
+            c.add_row(mark, cand.status, *["-"] * (len(heads) - 2))
+            continue
+        pp = "-" if cand.pp_tokens_per_s is None else f"{cand.pp_tokens_per_s:,.1f}"
+        row = [mark, f"{1000 / cand.window_ms:.2f}", pp, _s(cand.ttft_ms)]
+        c.add_row(*row, *([_s(cand.request_ms)] if request else []), format_size(cand.host_bytes or 0))
+    return c
+
+
 def print_report(r: Result, console: Console) -> None:
     """Stages of the plan, the plan against the engine's default, and the solver's status."""
     p, plan = r.problem, r.plan
@@ -263,6 +293,15 @@ def print_report(r: Result, console: Console) -> None:
         )
     if plan.prompt is not None:
         notes.append(prompt_note(plan.prompt))
+    request = plan.request_ms(p.generate) if p.objective == "request" else None
+    if request is not None:
+        notes.append(
+            f"request: {plan.prompt.prompt:,} prompt tokens in {_s(plan.prompt.ttft_ms)} s, then "
+            f"{p.generate:,} x {plan.window_ms:.2f} ms: {_s(request)} s"
+        )
+    if r.candidates is not None:
+        rule = "least request time" if p.objective == "request" else f"{p.objective}, then prompt speed"
+        print_lines(console, f"--ubatch auto ({rule}; * chosen):", ubatch_table(r))
     for g in sorted(set(range(p.n_gpus)) - set(plan.gpus)):
         ms_ = (r.idle_cost_ms or {}).get(g)
         if r.idle_cost_ms is None:
