@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from solver.engines import build_table, evaluate
+from solver.engines import build_table, engine_of, evaluate
 from solver.planning.build import build_arcs
 from solver.planning.planner import Result, plan_rig, solve_plan
 from solver.problem.placement import Placement
@@ -30,7 +30,8 @@ from solver.problem.problem import Problem
 from solver.solvers import Limits
 from solver.solvers.arcs import Arcs
 from solver.solvers.exhaustive import plan_key
-from solver.solvers.route import POLICY, Policy
+from solver.solvers.orders import AnyOrder
+from solver.solvers.route import POLICY, Policy, route
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,9 @@ def _first_level(arcs: Arcs, plan: Placement) -> tuple[int, ...]:
 def candidate(p: Problem, limits: Limits, policy: Policy = POLICY) -> Candidate:
     """Plan one micro-batch's problem: its table, arcs and the route's solver (no default, no oracle)."""
     arcs = build_arcs(p, build_table(p))
-    solution = solve_plan(arcs, limits, policy)
+    rule = engine_of(p).orders(p)
+    allowed = None if rule is None else [*rule.gpus, *(AnyOrder(gpus) for gpus in rule.free)]
+    solution = solve_plan(arcs, limits, policy, route(arcs, policy, allowed))
     n = p.engine_fields.n_ubatch
     if not solution.found:
         return Candidate(n, solution.status, None, None, None, None, None, None)
