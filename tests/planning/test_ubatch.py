@@ -92,3 +92,18 @@ def test_request_json_reports_its_objective():
     assert out["objective"] == "request" and out["generate"] == 64
     assert out["request_ms"] == pytest.approx(out["ttft_ms"] + 64 * out["window_ms"])
     assert out["solver"]["bound"] == pytest.approx(out["request_ms"])
+
+
+def test_rig_key_auto_plans_every_candidate_and_other_commands_take_512(tmp_path):
+    text = (ROOT / "rigs" / "llama-mix.yaml").read_text()
+    text = text.replace("../models/", f"{ROOT}/models/") + "n_ubatch: auto\n"
+    rig = tmp_path / "auto.yaml"
+    rig.write_text(text)
+    from solver.planning.resolve import load_problem
+
+    assert load_problem(rig).engine_fields.n_ubatch == 512
+    auto, problems = load_problems(rig)
+    assert auto and [p.engine_fields.n_ubatch for p in problems] == [256, 512, 1024, 2048]
+    res = run(str(rig))
+    assert res.exit_code == 0, res.output
+    assert [c["n_ubatch"] for c in json.loads(res.output)["ubatch_candidates"]] == [256, 512, 1024, 2048]
