@@ -4,10 +4,11 @@ plan, 2 for bad input, 3 without a plan, 4 when ``--check``'s oracle disagrees."
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,7 +43,7 @@ from solver.files.config import shown_path
 from solver.files.console import console as make_console
 from solver.files.kvcache import KV_TYPES
 from solver.planning.plausible import doubts
-from solver.planning.resolve import Overrides, load_problem
+from solver.planning.resolve import Overrides, load_problem, load_problems
 from solver.solvers import Limits
 
 if TYPE_CHECKING:
@@ -52,6 +53,21 @@ if TYPE_CHECKING:
 
 #: The statuses that come with a plan; any other (infeasible, unknown) exits ExitCode.NO_PLAN.
 PLANNED = ("optimal", "feasible")
+#: What a plan's --objective chooses among: the solvers' objectives and one request's time.
+PLAN_OBJECTIVES = (*OBJECTIVES, "request")
+
+
+class Ubatch(click.ParamType):
+    """``--ubatch``: a micro-batch of at least one token, or ``auto``."""
+
+    name = "N|auto"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int) or value == "auto":
+            return value
+        if str(value).isdigit() and int(value) >= 1:
+            return int(value)
+        self.fail(f"expected a whole number of tokens (1 or more) or auto, got {value!r}", param, ctx)
 
 
 @dataclass(frozen=True)
@@ -68,9 +84,10 @@ class PlanOptions:
     check: bool
     engine: str | None
     kv_type: str | None
-    ubatch: int | None
+    ubatch: int | str | None
     flash_attn: str | None
     prompt: int | None
+    generate: int | None
     default: str | None
     workers: int
 
@@ -87,6 +104,7 @@ class PlanOptions:
             n_ubatch=self.ubatch,
             flash_attn=self.flash_attn,
             prompt=self.prompt,
+            generate=self.generate,
         )
 
     def limits(
@@ -148,8 +166,9 @@ def _progress(enabled: bool) -> tuple[Callable[[str, float, float], None] | None
 @PROFILE
 @click.option(
     "--objective",
-    type=click.Choice(OBJECTIVES),
-    help="Minimise window time, maximise held mass, or minimise the slowest stage (throughput).",
+    type=click.Choice(PLAN_OBJECTIVES),
+    help="Minimise window time, maximise held mass, minimise the slowest stage (throughput), or "
+    "minimise one request's time, its prompt and --generate tokens (llama.cpp).",
 )
 @click.option(
     "--order",
@@ -184,8 +203,9 @@ def _progress(enabled: bool) -> tuple[Callable[[str, float, float], None] | None
 )
 @click.option(
     "--ubatch",
-    type=click.IntRange(min=1),
-    help="llama.cpp's micro-batch (-ub, 512 by default), instead of the rig's n_ubatch.",
+    type=Ubatch(),
+    help="llama.cpp's micro-batch (-ub, 512 by default), instead of the rig's n_ubatch; auto: choose "
+    "it with the placement (256-8192).",
 )
 @click.option(
     "--flash-attn",
@@ -221,6 +241,13 @@ def _progress(enabled: bool) -> tuple[Callable[[str, float, float], None] | None
     type=click.IntRange(min=1),
     help="Report llama.cpp's prompt processing for a prompt of N tokens, instead of the rig's prompt "
     "(2048 by default).",
+    metavar="N",
+)
+@click.option(
+    "--generate",
+    type=click.IntRange(min=1),
+    help="Tokens one request generates after its prompt (--objective request), instead of the rig's "
+    "generate.",
     metavar="N",
 )
 @json_option()
@@ -261,17 +288,18 @@ def plan_cmd(rig: Path, plan: PlanOptions, output: OutputOptions, sweep: SweepOp
             )
         _sweep(rig, plan, sweep, output)
         return
-    problem = _load(rig, plan, output)
+    problem, candidates = _load(rig, plan, output)
     warnings = doubts(problem)
     progress, display = _progress(enabled=not output.as_json and sys.stderr.isatty())
     with display:
-        result = plan_rig(
-            problem,
-            plan.limits(progress, started),
-            check=plan.check,
-            default=plan.default,
-            reload=lambda **changes: load_problem(rig, dataclasses.replace(plan.overrides(), **changes)),
-        )
+        limits = plan.limits(progress, started)
+        reload = lambda **changes: load_problem(rig, dataclasses.replace(plan.overrides(), **changes))  # noqa: E731
+        if candidates is not None:
+            from solver.planning.ubatch import plan_auto
+
+            result = plan_auto(candidates, limits, check=plan.check, default=plan.default, reload=reload)
+        else:
+            result = plan_rig(problem, limits, check=plan.check, default=plan.default, reload=reload)
     flags = _export_lines(output, result)
     report = to_json(result)
     if output.export:
@@ -285,11 +313,13 @@ def plan_cmd(rig: Path, plan: PlanOptions, output: OutputOptions, sweep: SweepOp
         sys.exit(code)
 
 
-def _load(rig: Path, plan: PlanOptions, output: OutputOptions) -> Problem:
+def _load(rig: Path, plan: PlanOptions, output: OutputOptions) -> tuple[Problem, Iterator[Problem] | None]:
     """The rig's problem, once every file the command writes is known good: a plot format, a default
-    the engine has, an engine the export can drive, no output over an input or over the other output."""
+    the engine has, an engine the export can drive, no output over an input or over the other output;
+    with ``n_ubatch: auto``, the first candidate's and every candidate's, resolved as they are taken."""
     _check_plot(output.plot)
-    problem = load_problem(rig, plan.overrides())
+    auto, problems = load_problems(rig, plan.overrides())
+    problem = next(problems)
     _check_default(plan.default, problem.engine)
     refused = check_export_engine(output.export, problem.engine) if output.export else None
     if refused:
@@ -297,7 +327,7 @@ def _load(rig: Path, plan: PlanOptions, output: OutputOptions) -> Problem:
     check_outputs((output.out, output.plot), [Path(f) for f in problem.files.values()])
     if output.out and output.plot:
         refuse_inputs(output.plot, shown_path(output.plot), [output.out], "the --out file")
-    return problem
+    return problem, itertools.chain([problem], problems) if auto else None
 
 
 def _check_plot(plot: Path | None) -> None:
@@ -377,7 +407,10 @@ def _sweep(rig: Path, plan: PlanOptions, sweep: SweepOptions, output: OutputOpti
 
     _check_plot(output.plot)
     overrides = plan.overrides()
-    first = load_problem(rig, overrides)
+    auto, problems = load_problems(rig, overrides)
+    if auto:
+        raise click.UsageError("--contexts/--kv-types plan one micro-batch: give --ubatch N, not auto")
+    first = next(problems)
     _check_default(plan.default, first.engine)
     for kv in sweep.kv_types or []:  # each type the engine runs, checked before any planning
         load_problem(rig, dataclasses.replace(overrides, kv_type=kv))

@@ -201,6 +201,18 @@ class Engine:
         hop = max(p.handoff_ms, p.network_ms)
         return self.slowest_gpu_ms(p) + self.miss_total_ms(p) + hop * p.n_gpus + 1.0
 
+    def prompt_gap(self, p: Problem) -> str | None:
+        """Why the engine cannot price a prompt on the problem's GPUs (None: it can), for the
+        ``request`` objective."""
+        return f"the {self.name} engine has no prompt-processing model"
+
+    def prompt_arc_ms(
+        self, p: Problem, g: np.ndarray, a: np.ndarray, b: np.ndarray, host: np.ndarray
+    ) -> np.ndarray:
+        """ms each stage (GPU ``g``, layers [a, b), ``host`` bytes of its experts in host memory) takes
+        on each micro-batch of the prompt, (arcs, micro-batches); only where ``prompt_gap`` is None."""
+        raise NotImplementedError
+
     def totals(self, p: Problem, fills: list[StageFill], compute_ms: float) -> tuple[float, float]:
         """A placement's (window ms, held mass) from its stages' fills and its compute and hand-offs."""
         return compute_ms + sum(f.miss_ms for f in fills), float(np.sum([f.held_mass for f in fills]))

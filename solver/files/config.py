@@ -154,7 +154,7 @@ class RigConfig(_Strict):
     handoff_ms: NonNegMs = 0.0
     first_stage_min_layers: Count = 1
     order: Literal["as-given", "auto"] = "as-given"
-    objective: Literal["time", "mass", "throughput"] = "time"
+    objective: Literal["time", "mass", "throughput", "request"] = "time"
     engine: EngineName = DEFAULT_ENGINE
     host_bandwidth: Rate | None = None  # llama.cpp
     host_memory: Size | None = None  # strata, llama.cpp
@@ -168,9 +168,10 @@ class RigConfig(_Strict):
     depth: Annotated[int, Field(ge=0, le=COUNT_MAX)] = 0  # speed from bytes
     kv_type: KvType | None = None
     gpu_memory_utilization: Share | None = None  # vllm, sglang
-    n_ubatch: Annotated[int, Field(ge=1, le=COUNT_MAX)] = 512  # llama.cpp
+    n_ubatch: Annotated[int, Field(ge=1, le=COUNT_MAX)] | Literal["auto"] = 512  # llama.cpp
     flash_attn: Annotated[Literal["on", "off"], BeforeValidator(_on_off)] = "on"  # llama.cpp
     prompt: Count = 2048  # llama.cpp
+    generate: Count | None = None  # llama.cpp: tokens the request objective generates
     matrix_efficiency: Share | None = None  # llama.cpp
     pcie_efficiency: Share | None = None  # llama.cpp
     gpus: Annotated[list[GpuConfig], Field(min_length=1)]

@@ -14,12 +14,13 @@ from solver.problem.scales import COARSE_TIME_SCALE, COEFF_BUDGET, FINE_TIME_SCA
 from solver.solvers.arcs import Arcs, Objective
 
 
-def _time_scale(p: Problem, n_arcs: int) -> int:
-    """Largest power of ten <= 10^12 that keeps CP-SAT's objective sums within COEFF_BUDGET.
+def _time_scale(p: Problem, n_arcs: int, worst_ms: float | None = None) -> int:
+    """Largest power of ten <= 10^12 that keeps CP-SAT's objective sums within COEFF_BUDGET
+    (``worst_ms``: more than any plan's objective, by default the engine's worst window).
 
     problem.resolve refuses rigs where even 10^6 would not fit, so files never reach the error.
     """
-    worst_ms = engine_of(p).worst_window_ms(p)
+    worst_ms = engine_of(p).worst_window_ms(p) if worst_ms is None else worst_ms
     scale = FINE_TIME_SCALE
     while scale > COARSE_TIME_SCALE and worst_ms * scale * max(n_arcs, 1) >= COEFF_BUDGET:
         scale //= 10
@@ -102,8 +103,11 @@ def build_arcs(p: Problem, table: Table) -> Arcs:
     """Prune the engine's (GPU, range) table to the arcs a feasible plan can use and weigh them."""
     n, k = p.n_layers, p.n_gpus
     g, a, b = kept_arcs(p, table.room)
-    scale = _time_scale(p, len(g))
-    objective = Objective(p.objective)
+    request = p.objective == "request"
+    prompt = _prompt_ms(p, table, g, a, b) if request else None
+    worst = None if prompt is None else _request_worst_ms(p, prompt)
+    scale = _time_scale(p, len(g), worst)
+    objective = Objective.TIME if request else Objective(p.objective)
     w = table.weigh(g, a, b, scale, objective.maximises)
     hop = round(p.handoff_ms * scale)
     entry = round(p.network_ms * scale) - hop if len(p.host_names) > 1 else 0
@@ -114,6 +118,12 @@ def build_arcs(p: Problem, table: Table) -> Arcs:
     else:
         time = w.time
         const = table.const_units(scale) + hop * (k - 1) + entry * (hosts - 1)
+    batches = None
+    if prompt is not None:  # one request: generate x the decode window, plus each stage's prompt time
+        tokens = p.generate or 0
+        batches = np.rint(prompt * scale).astype(np.int64)
+        time = tokens * time + batches.sum(axis=1)
+        const, entry = tokens * const, tokens * entry
     return Arcs(
         n_layers=n,
         n_gpus=k,
@@ -137,7 +147,22 @@ def build_arcs(p: Problem, table: Table) -> Arcs:
         gpu_host=p.hosts.astype(np.int64),
         idle=p.idle_gpus,
         entry_units=entry if p.idle_gpus else 0,
+        prompt=batches,
     )
+
+
+def _prompt_ms(p: Problem, table: Table, g: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Each arc's ms per micro-batch of the prompt, (arcs, micro-batches), with its stage's experts in
+    host memory as the table's fill leaves them."""
+    host = table.weigh(g, a, b, FINE_TIME_SCALE, False).host
+    return engine_of(p).prompt_arc_ms(p, g, a, b, host)
+
+
+def _request_worst_ms(p: Problem, prompt: np.ndarray) -> float:
+    """More than any plan's request time: generate x the worst window, plus k of the slowest stage
+    prompts."""
+    slowest = float(prompt.sum(axis=1).max(initial=0.0))
+    return (p.generate or 0) * engine_of(p).worst_window_ms(p) + p.n_gpus * slowest + 1.0
 
 
 def _twins(p: Problem) -> list[tuple[int, int]]:

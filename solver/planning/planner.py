@@ -21,6 +21,7 @@ from solver.problem.placement import Placement, bounds_ok, feasible
 from solver.problem.problem import Problem
 from solver.solvers import Limits, Solution, TooLarge
 from solver.solvers.arcs import Arcs
+from solver.solvers.exhaustive import settle
 from solver.solvers.orders import AnyOrder
 from solver.solvers.proportional import solve_proportional
 from solver.solvers.route import POLICY, Policy, Route, forced_times, oracle, route, solve
@@ -55,6 +56,7 @@ class Result:
     default: Baseline | None = None  # what the engine does unasked, where that is not the proportional split
     route: Route | None = None  # the solver the route tried first, why, and what follows it
     hints: list[Hint] = dataclasses.field(default_factory=list)  # what would help, each planned again
+    candidates: list | None = None  # n_ubatch auto: each micro-batch's plan (solver.planning.ubatch)
 
     @property
     def compared(self) -> Baseline:
@@ -63,9 +65,15 @@ class Result:
 
 
 def solve_plan(arcs: Arcs, limits: Limits, policy: Policy = POLICY, chosen: Route | None = None) -> Solution:
-    """The product's answer: ``chosen`` (by default ``route(arcs, policy)``) run to the end. Every
-    solver on it stops at ``limits``' deadline with the best plan it has."""
-    return solve(chosen or route(arcs, policy), arcs, limits, policy)
+    """The product's answer: ``chosen`` (by default ``route(arcs, policy)``) run to the end, and on a
+    request table set against the plans that pipeline the prompt (``settle``). Every solver on it
+    stops at ``limits``' deadline with the best plan it has."""
+    return _settled(arcs, solve(chosen or route(arcs, policy), arcs, limits, policy), limits, policy)
+
+
+def _settled(arcs: Arcs, got: Solution, limits: Limits, policy: Policy) -> Solution:
+    """``got``, unless it is enumeration's (which scores the pipelined prompt itself): ``settle``'s."""
+    return got if got.name == "exhaustive" else settle(arcs, got, limits, policy)
 
 
 def run_oracle(
@@ -83,7 +91,7 @@ def run_oracle(
         return Oracle("the engine's orders", "infeasible", None, not solution.found, 0.0)
     check = oracle(arcs, solution, policy, orders)
     try:
-        got = solve(check, arcs, limits, policy)
+        got = _settled(arcs, solve(check, arcs, limits, policy), limits, policy)
     except TooLarge:
         return Oracle(check.solver, "skipped", None, True, 0.0)
     if got.status == "unknown":  # the time limit stopped it before any plan: nothing to compare
@@ -138,7 +146,8 @@ def plan_rig(
     elif status == "unknown":
         result.reason = "the time limit ran out before any placement was found; allow more time"
     if plan is not None and len(plan.gpus) < p.n_gpus:
-        result.idle_cost_ms = idle_report(arcs, plan, limits, policy)
+        mine = plan.request_ms(p.generate) if p.objective == "request" else plan.window_ms
+        result.idle_cost_ms = idle_report(arcs, plan, limits, policy, mine)
     if check:
         result.oracle = run_oracle(p, arcs, solution, limits, allowed, policy)
     if reload is not None:
@@ -149,9 +158,10 @@ def plan_rig(
 
 
 def idle_report(
-    arcs: Arcs, plan: Placement, limits: Limits, policy: Policy = POLICY
+    arcs: Arcs, plan: Placement, limits: Limits, policy: Policy = POLICY, mine: float | None = None
 ) -> dict[int, float | None] | None:
-    """Per idle GPU, how many ms more the best window of a plan that uses it is than the plan's
+    """Per idle GPU, how many ms more the best window (request: request time, ``mine`` the plan's)
+    of a plan that uses it is than the plan's
     (None: no plan can use it), within ``policy.idle_cost_s`` seconds and what is left of the time
     limit (``forced_times`` says which solver prices them). The mass objective ranks the plans that
     use it by mass first; a ``host_memory`` limit is not applied to those plans (the figure is then
@@ -164,4 +174,5 @@ def idle_report(
     forced = forced_times(arcs, idle, end, limits, policy)
     if forced is None:
         return None
-    return {g: None if t is None else round(arcs.window_ms(t) - plan.window_ms, 6) for g, t in forced.items()}
+    base = plan.window_ms if mine is None else mine
+    return {g: None if t is None else round(arcs.window_ms(t) - base, 6) for g, t in forced.items()}

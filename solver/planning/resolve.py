@@ -4,7 +4,8 @@ built here; the engine builds its own fields (``Engine.resolve_fields``)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -45,12 +46,32 @@ class Overrides:
     #: The rate a rig without ``host_bandwidth`` starts from (``solve calibrate`` fits it).
     host_bandwidth: int | None = None
     kv_type: str | None = None
-    n_ubatch: int | None = None
+    #: llama.cpp's micro-batch, or "auto": plan with each of ``ubatch_candidates``.
+    n_ubatch: int | str | None = None
     flash_attn: str | None = None
     #: Tokens of the prompt whose processing llama.cpp plans report (the rig's ``prompt``).
     prompt: int | None = None
     #: Free memory of some GPUs (by rig index) instead of the rig's: what a hint plans again with.
     free: dict[int, int] | None = None
+    #: Tokens the ``request`` objective's request generates (the rig's ``generate``).
+    generate: int | None = None
+
+
+#: The micro-batches ``n_ubatch: auto`` chooses among: llama.cpp's compute graph is sized for a
+#: micro-batch and its kernels are tuned for powers of two; below 256 the expert copies of a prompt
+#: dominate (every micro-batch copies them), above 8192 the compute buffer takes gigabytes.
+UBATCH_CANDIDATES = (256, 512, 1024, 2048, 4096, 8192)
+#: What a command other than planning takes ``n_ubatch: auto`` as: llama.cpp's own default.
+UBATCH_DEFAULT = 512
+
+
+def ubatch_candidates(prompt: int, context: int) -> list[int]:
+    """The candidates a prompt of ``prompt`` tokens can tell apart: those below the prompt and the
+    first at or above it (a larger micro-batch runs the same prompt in one piece, only its compute
+    buffer grows), likewise for the context the compute graph is sized at."""
+    cap = min(prompt, context) if context > 0 else prompt
+    out = [n for n in UBATCH_CANDIDATES if n < cap]
+    return out + [n for n in UBATCH_CANDIDATES if n >= cap][:1]
 
 
 def resolve(
@@ -247,7 +268,17 @@ def _referenced(override: Path | None, named: str | None, holder: Path, doc: Yam
 
 
 def load_problem(rig_path: Path, overrides: Overrides | None = None) -> Problem:
-    """Read a rig, its model and profile (or the overrides) into a Problem."""
+    """Read a rig, its model and profile (or the overrides) into a Problem; ``n_ubatch: auto`` as
+    llama.cpp's default micro-batch (``load_problems`` plans each candidate)."""
+    return next(load_problems(rig_path, overrides, auto=False)[1])
+
+
+def load_problems(
+    rig_path: Path, overrides: Overrides | None = None, auto: bool = True
+) -> tuple[bool, Iterator[Problem]]:
+    """Read a rig, its model and profile (or the overrides) into Problems: whether ``n_ubatch`` is
+    auto, and the problems, resolved as they are taken: one, or with ``n_ubatch: auto`` (and ``auto``)
+    one for each of ``ubatch_candidates`` ascending, the files read once."""
     ov = overrides or Overrides()
     rig, rig_doc = load_rig(rig_path, REGISTRY)
     model_path = _referenced(ov.model, rig.model, rig_path, rig_doc, "model")
@@ -257,7 +288,7 @@ def load_problem(rig_path: Path, overrides: Overrides | None = None) -> Problem:
         update["idle_gpus"] = True
     if ov.host_bandwidth is not None and rig.host_bandwidth is None:
         update["host_bandwidth"] = ov.host_bandwidth
-    for key in ("context", "n_ubatch", "flash_attn", "prompt"):  # what the engine's memory and prompt read
+    for key in ("context", "n_ubatch", "flash_attn", "prompt", "generate"):  # the engine's memory, prompt
         if getattr(ov, key) is not None:
             update[key] = getattr(ov, key)
     if ov.free:
@@ -282,13 +313,72 @@ def load_problem(rig_path: Path, overrides: Overrides | None = None) -> Problem:
         profile_path = _referenced(ov.profile, model.profile, model_path, model_doc, "profile")
         profile = read_profile(profile_path, shown_path(profile_path))
         files["profile"] = profile.file
-    return resolve(
-        rig,
-        model,
-        profile,
-        context=rig.context if ov.context is None else ov.context,
-        rig_name=rig.name or rig_path.stem,
-        model_name=model.name or model_path.stem,
-        files=files,
-        model_file=model_doc.file,
-    )
+    context = rig.context if ov.context is None else ov.context
+    if rig.objective == "request":
+        _check_request(rig, rig_doc, context, ov)
+    ubatches = [rig.n_ubatch]
+    if rig.n_ubatch == "auto":
+        if "n_ubatch" not in engine.rig_keys:
+            raise _setting_error(rig_doc, ov, f"the {engine.name} engine has no micro-batch", key="n_ubatch")
+        ubatches = ubatch_candidates(rig.prompt, context) if auto else [UBATCH_DEFAULT]
+    names = (rig.name or rig_path.stem, model.name or model_path.stem)
+    problems = _resolved(rig, model, profile, ubatches, context, names, files, model_doc, rig_doc, ov, engine)
+    return rig.n_ubatch == "auto" and auto, problems
+
+
+def _resolved(
+    rig: RigConfig,
+    model: ModelConfig,
+    profile: Profile | None,
+    ubatches: list,
+    context: int,
+    names: tuple[str, str],
+    files: dict[str, str],
+    model_doc: YamlDoc,
+    rig_doc: YamlDoc,
+    ov: Overrides,
+    engine: Engine,
+) -> Iterator[Problem]:
+    """The problem at each micro-batch, resolved when taken."""
+    for n in ubatches:
+        p = resolve(
+            rig.model_copy(update={"n_ubatch": n}),
+            model,
+            profile,
+            context=context,
+            rig_name=names[0],
+            model_name=names[1],
+            files=files,
+            model_file=model_doc.file,
+        )
+        if rig.objective == "request":
+            gap = engine.prompt_gap(p)
+            if gap:
+                raise _setting_error(rig_doc, ov, f"objective request times the prompt, but {gap}")
+            p = replace(p, generate=rig.generate)
+        yield p
+
+
+#: The command-line option that sets each rig key these errors name.
+_OPTIONS = {"objective": "--objective", "context": "--context", "n_ubatch": "--ubatch"}
+
+
+def _setting_error(doc: YamlDoc, ov: Overrides, message: str, key: str = "objective") -> InputError:
+    """An error of a setting: at the rig's key, or the option's when the command line set it."""
+    if getattr(ov, key, None) is not None:
+        return InputError(doc.file, f"{_OPTIONS[key]}: {message}")
+    return doc.error((key,), message)
+
+
+def _check_request(rig: RigConfig, doc: YamlDoc, context: int, ov: Overrides) -> None:
+    """The request objective needs the tokens it generates, and a context that holds the request."""
+    if rig.generate is None:
+        raise _setting_error(doc, ov, "objective request needs the tokens it generates: give --generate N")
+    if context < rig.prompt + rig.generate:
+        raise _setting_error(
+            doc,
+            ov,
+            f"a request of {rig.prompt:,} prompt and {rig.generate:,} generated tokens needs a context of "
+            f"at least {rig.prompt + rig.generate:,}; the plan's is {context:,} (give --context)",
+            key="context",
+        )

@@ -149,6 +149,13 @@ class Placement:
         """Decode speed: one token per window."""
         return 1000.0 / self.window_ms if self.window_ms > 0 else float("inf")
 
+    def request_ms(self, generate: int | None) -> float | None:
+        """One request's ms: the prompt's time to first token, then ``generate`` windows (None where
+        the prompt time is unknown or no request is asked)."""
+        if generate is None or self.prompt is None or self.prompt.ttft_ms is None:
+            return None
+        return self.prompt.ttft_ms + generate * self.window_ms
+
     @property
     def host_bytes(self) -> int:
         """Bytes of experts the plan leaves in host memory (the engine reads misses from there)."""

@@ -94,6 +94,8 @@ class Problem:
     order: str = "as-given"
     objective: str = "time"
     context: int = 0
+    #: Tokens one request generates after its prompt (the ``request`` objective; None otherwise).
+    generate: int | None = None
     files: dict[str, str] = field(default_factory=dict)
     experts: np.ndarray | None = None
     host_memory: int | None = None

@@ -78,9 +78,12 @@ def _gap(value: float | None, bound: float | None) -> float | None:
     return abs(value - bound) / max(abs(value), 1e-12)
 
 
-def _objective_value(plan: Placement, objective: str) -> float:
-    """What the objective (and so ``solver.bound``) measures: window ms, held mass, or slowest stage ms."""
-    return {"time": plan.window_ms, "mass": plan.held_mass}.get(objective, plan.bottleneck_ms)
+def _objective_value(plan: Placement, p: Problem) -> float | None:
+    """What the objective (and so ``solver.bound``) measures: window ms, held mass, slowest stage ms,
+    or one request's ms."""
+    if p.objective == "request":
+        return plan.request_ms(p.generate)
+    return {"time": plan.window_ms, "mass": plan.held_mass}.get(p.objective, plan.bottleneck_ms)
 
 
 def to_json(r: Result) -> dict:
@@ -88,7 +91,7 @@ def to_json(r: Result) -> dict:
     p, plan = r.problem, r.plan
     sol = r.solution
     proven = r.status == "optimal"
-    objective_value = None if plan is None else _objective_value(plan, p.objective)
+    objective_value = None if plan is None else _objective_value(plan, p)
     bound = objective_value if proven else sol.bound
     out: dict = {
         "rig": p.rig,
@@ -116,6 +119,11 @@ def to_json(r: Result) -> dict:
         for stage in out["stages"]:
             stage["host"] = p.host_names[p.hosts[stage["gpu"]]]
     out |= engine_of(p).plan_json(plan)
+    if p.objective == "request":
+        out["generate"] = p.generate
+        out["request_ms"] = plan.request_ms(p.generate) if plan else None
+    if r.candidates is not None:
+        out["ubatch_candidates"] = [c.json() for c in r.candidates]
     if r.reason:
         out["reason"] = r.reason
     out["hints"] = [h.to_json() for h in r.hints]
@@ -230,6 +238,36 @@ def prompt_note(speed: PromptSpeed) -> str:
     return text
 
 
+def _s(ms_: float | None) -> str:
+    return "-" if ms_ is None else f"{ms_ / 1000:,.2f}"
+
+
+def ubatch_table(r: Result) -> Table:
+    """``--ubatch auto``: each micro-batch's plan, decode against prompt speed (the chosen one starred)."""
+    chosen = r.problem.engine_fields.n_ubatch
+    request = r.problem.objective == "request"
+    c = Table(show_header=True, box=box.SIMPLE_HEAD, pad_edge=False)
+    heads = [
+        "-ub",
+        "decode t/s",
+        "prompt t/s",
+        "TTFT s",
+        *(["request s"] if request else []),
+        "experts on CPU",
+    ]
+    for i, head in enumerate(heads):
+        c.add_column(head, justify="left" if i == 0 else "right", no_wrap=True)
+    for cand in r.candidates or []:
+        mark = f"{cand.n_ubatch:,}" + (" *" if cand.n_ubatch == chosen else "")
+        if cand.window_ms is None:
+            c.add_row(mark, cand.status, *["-"] * (len(heads) - 2))
+            continue
+        pp = "-" if cand.pp_tokens_per_s is None else f"{cand.pp_tokens_per_s:,.1f}"
+        row = [mark, f"{1000 / cand.window_ms:.2f}", pp, _s(cand.ttft_ms)]
+        c.add_row(*row, *([_s(cand.request_ms)] if request else []), format_size(cand.host_bytes or 0))
+    return c
+
+
 def print_report(r: Result, console: Console) -> None:
     """Stages of the plan, the plan against the engine's default, and the solver's status."""
     p, plan = r.problem, r.plan
@@ -258,6 +296,15 @@ def print_report(r: Result, console: Console) -> None:
         )
     if plan.prompt is not None:
         notes.append(prompt_note(plan.prompt))
+    request = plan.request_ms(p.generate) if p.objective == "request" else None
+    if request is not None:
+        notes.append(
+            f"request: {plan.prompt.prompt:,} prompt tokens in {_s(plan.prompt.ttft_ms)} s, then "
+            f"{p.generate:,} x {plan.window_ms:.2f} ms: {_s(request)} s"
+        )
+    if r.candidates is not None:
+        rule = "least request time" if p.objective == "request" else f"{p.objective}, then prompt speed"
+        print_lines(console, f"--ubatch auto ({rule}; * chosen):", ubatch_table(r))
     for g in sorted(set(range(p.n_gpus)) - set(plan.gpus)):
         ms_ = (r.idle_cost_ms or {}).get(g)
         if r.idle_cost_ms is None:

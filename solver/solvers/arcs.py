@@ -112,6 +112,12 @@ class Arcs:
     run of one host's stages beyond the first pays ``network - handoff`` more. Without idle GPUs
     every host has one run and that total is in ``const_time``; with them each run costs
     ``entry_units`` (``const_time`` holds minus one of them, a plan has at least one run).
+
+    One request's time (llama.cpp's ``request`` objective, minimised as time): ``prompt`` (a, J) is
+    each arc's time on each of the prompt's J micro-batches, whose row sum ``time`` holds beside the
+    decode windows. A plan of two or more stages that all leave nothing in host memory (``host`` 0)
+    overlaps the micro-batches across its stages (llama.cpp's pipeline parallelism): its prompt takes
+    the flow shop's makespan (``solver.solvers.pipeline``) instead of the sum.
     """
 
     n_layers: int
@@ -136,6 +142,7 @@ class Arcs:
     gpu_host: np.ndarray | None = None
     idle: bool = False
     entry_units: int = 0
+    prompt: np.ndarray | None = None
 
     @property
     def hosts(self) -> np.ndarray:
@@ -195,6 +202,7 @@ def subset(arcs: Arcs, keep: np.ndarray) -> Arcs:
         stage=arcs.stage[keep],
         spare=arcs.spare[keep],
         host=arcs.host[keep],
+        prompt=None if arcs.prompt is None else arcs.prompt[keep],
     )
 
 

@@ -7,19 +7,22 @@ Cut lists and orders of different lengths compare as Python lists (padded with -
 ends is smaller than any longer one it starts). Each placement's key is
 (-mass, max stage key, time key, -spare, bottleneck, cuts, order), compared lexicographically
 (mass is 0 unless the objective is mass, the stage key 0 unless it is throughput); placements that
-leave more expert bytes in host memory than ``host_limit`` are left out.
+leave more expert bytes in host memory than ``host_limit`` are left out. A request table's plans that
+pipeline their prompt take its makespan (``solver.solvers.pipeline``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import time
 
 import numpy as np
 
-from solver.solvers import Limits, Solution, TooLarge, stage_key
-from solver.solvers.arcs import Arcs
+from solver.solvers import Limits, Solution, TooLarge, plan_arcs, stage_key
+from solver.solvers.arcs import Arcs, subset
+from solver.solvers.pipeline import plan_times
 from solver.solvers.policy import POLICY, Policy
 
 
@@ -43,6 +46,32 @@ def _orders(arcs: Arcs):
             runs = [int(host[g]) for i, g in enumerate(order) if i == 0 or host[g] != host[order[i - 1]]]
             if len(runs) == len(set(runs)):
                 yield order, len(runs)
+
+
+def _rows(
+    arcs: Arcs, ids: np.ndarray, runs: int, combos: np.ndarray, order: tuple[int, ...], stage_keys: np.ndarray
+) -> np.ndarray:
+    """The keys of the placements ``ids`` (plans, stages) of one GPU order, cut lists ``combos``."""
+    k, s = arcs.n_gpus, len(order)
+    mass = arcs.mass[ids].sum(axis=1)
+    top = stage_keys[ids].max(axis=1) if arcs.objective.minmax else np.zeros(len(ids), np.int64)
+    key = arcs.time_key(plan_times(arcs, ids) + arcs.entry_units * runs)
+    spare = arcs.spare[ids].min(axis=1)
+    bottleneck = arcs.bottleneck[ids].max(axis=1)
+    cut_cols = np.full((len(ids), k - 1), -1, dtype=np.int64)
+    cut_cols[:, : s - 1] = combos
+    rank = np.full((len(ids), k), -1, dtype=np.int64)
+    rank[:, :s] = np.array(order)[None, :]
+    return np.column_stack([-mass, top, key, -spare, bottleneck, cut_cols, rank])
+
+
+def plan_key(arcs: Arcs, gpus: tuple[int, ...], cuts: tuple[int, ...]) -> tuple[int, ...]:
+    """One placement's key, as enumeration ranks it (the module docstring)."""
+    ids = plan_arcs(arcs, gpus, cuts)[None, :]
+    hosts = arcs.hosts[list(gpus)]
+    runs = 1 + int(np.count_nonzero(hosts[1:] != hosts[:-1]))
+    combos = np.array([cuts], dtype=np.int64).reshape(1, len(cuts))
+    return tuple(int(v) for v in _rows(arcs, ids, runs, combos, tuple(gpus), stage_key(arcs))[0])
 
 
 def solve_exhaustive(arcs: Arcs, limits: Limits | None = None, policy: Policy = POLICY) -> Solution:
@@ -70,17 +99,7 @@ def solve_exhaustive(arcs: Arcs, limits: Limits | None = None, policy: Policy = 
             continue
         if arcs.host_limit is not None:
             ok[ok] = arcs.host[ids[ok]].sum(axis=1) <= arcs.host_limit
-        ids = ids[ok]
-        mass = arcs.mass[ids].sum(axis=1)
-        top = stage_keys[ids].max(axis=1) if arcs.objective.minmax else np.zeros(len(ids), np.int64)
-        key = arcs.time_key(arcs.time[ids].sum(axis=1) + arcs.entry_units * runs)
-        spare = arcs.spare[ids].min(axis=1)
-        bottleneck = arcs.bottleneck[ids].max(axis=1)
-        cut_cols = np.full((len(ids), k - 1), -1, dtype=np.int64)
-        cut_cols[:, : s - 1] = combos[ok]
-        rank = np.full((len(ids), k), -1, dtype=np.int64)
-        rank[:, :s] = np.array(order)[None, :]
-        rows.append(np.column_stack([-mass, top, key, -spare, bottleneck, cut_cols, rank]))
+        rows.append(_rows(arcs, ids[ok], runs, combos[ok], order, stage_keys))
     table = np.concatenate(rows) if rows else np.zeros((0, 0), dtype=np.int64)
     if not len(table):
         return Solution("exhaustive", "infeasible", wall_ms=(time.perf_counter() - t0) * 1e3)
@@ -96,3 +115,26 @@ def solve_exhaustive(arcs: Arcs, limits: Limits | None = None, policy: Policy = 
         bound,
         wall_ms=(time.perf_counter() - t0) * 1e3,
     )
+
+
+def settle(arcs: Arcs, solution: Solution, limits: Limits | None = None, policy: Policy = POLICY) -> Solution:
+    """The path solvers' answer on a request table, set against the best plan that pipelines its
+    prompt (enumerated on the arcs that leave nothing in host memory); unchanged on other tables.
+    Past ``policy.max_placements`` such placements the answer comes back unproven, with the reason."""
+    if arcs.prompt is None or arcs.prompt.shape[1] < 2 or not solution.found or not (arcs.host == 0).any():
+        return solution
+    resident = subset(arcs, arcs.host == 0)
+    try:
+        piped = solve_exhaustive(resident, limits, policy)
+    except TooLarge as exc:
+        return dataclasses.replace(
+            solution,
+            status="feasible",
+            reason=f"plans that keep every expert on the GPUs pipeline the prompt and are scored one by "
+            f"one: {exc}",
+        )
+    if not piped.found:
+        return solution
+    if plan_key(arcs, piped.gpus, piped.cuts) < plan_key(arcs, solution.gpus, solution.cuts):
+        return dataclasses.replace(solution, gpus=piped.gpus, cuts=piped.cuts, bound=None)
+    return solution

@@ -129,7 +129,7 @@ class LlamaCpp(BytesSpeed):
 
     name = "llama.cpp"
     note = "expert tensors on a GPU or, beyond VRAM, on the CPU"
-    rig_keys = ("host_bandwidth", "host_memory", "n_ubatch", "flash_attn", *BytesSpeed.rig_keys)
+    rig_keys = ("host_bandwidth", "host_memory", "n_ubatch", "flash_attn", "generate", *BytesSpeed.rig_keys)
     miss_rate_key = "host_bandwidth"
     reads_llama_bench = True
     defaults = ("fit", "free-memory")
@@ -206,6 +206,30 @@ class LlamaCpp(BytesSpeed):
         proportional one each report theirs."""
         plan = super().evaluate(p, gpus, cuts, fill)
         return dataclasses.replace(plan, prompt=plan_prompt(p, plan))
+
+    def prompt_gap(self, p: Problem) -> str | None:
+        """None when every GPU's matrix throughput is known (the card table's, or ``matrix_tflops``)."""
+        pm = LlamaFields.of(p).prompt
+        if pm is None:
+            return "the model gives no prompt-processing model"
+        unknown = [p.gpu_names[g] for g in np.flatnonzero(pm.flops <= 0)]
+        if unknown:
+            return f"the matrix throughput of {', '.join(unknown)} is unknown: give its matrix_tflops"
+        return None
+
+    def prompt_arc_ms(
+        self, p: Problem, g: np.ndarray, a: np.ndarray, b: np.ndarray, host: np.ndarray
+    ) -> np.ndarray:
+        """Each stage's ms on each micro-batch of the prompt, (arcs, micro-batches): what
+        ``PromptModel.time_ms`` adds up for one stage, as ``plan_prompt`` runs the plan (the rig's
+        micro-batch, at most the prompt)."""
+        pm = LlamaFields.of(p).prompt
+        sizes = pm.micro_batches(n_ubatch=min(pm.n_ubatch, pm.prompt))
+        starts = pm.depth + np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+        out = np.empty((len(g), len(sizes)), dtype=np.float64)
+        for i, (gi, ai, bi, hi) in enumerate(zip(g.tolist(), a.tolist(), b.tolist(), host.tolist())):
+            out[i] = [pm.stage_ms(gi, ai, bi, hi, m, int(pos)) for m, pos in zip(sizes, starts)]
+        return out
 
     def plan_json(self, plan: Placement | None) -> dict:
         """``pp_tokens_per_s``, ``ttft_ms``, ``prompt``, ``n_ubatch`` and ``flash_attn`` (null where
