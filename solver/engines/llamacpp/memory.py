@@ -1115,6 +1115,20 @@ def role_compute(g: Geometry, f: Flags) -> Roles:
     return Roles(max(on[0], off[0]), max(on[1], off[1]), max(on[2], off[2]), only[0])
 
 
+#: The override that puts every routed expert tensor in host memory, as an export's ``-ot ...=CPU`` does.
+_EXPERTS_ON_HOST = (("_exps", "CPU"),)
+
+
+@functools.lru_cache(maxsize=16)
+def host_compute(g: Geometry, f: Flags, n_gpus: int) -> int:
+    """The host's compute buffer when it runs expert tensors, over ``n_gpus`` devices: the CPU backend
+    then holds a layer's MoE intermediates (and no pipeline-parallel copies, which an override turns
+    off). The figure for every expert on the host bounds the figure for some: the buffer is the largest
+    split's intermediates, not a sum over layers, and two devices bound any larger split (the host's
+    figure does not change with the number of devices beyond one)."""
+    return compute_bytes(g, Placement(min(max(n_gpus, 1), 2), overrides=_EXPERTS_ON_HOST), f)[-1]
+
+
 @dataclass(frozen=True)
 class PlanMemory:
     """What a plan counted for llama.cpp's compute buffers: the geometry and flags, each GPU's
