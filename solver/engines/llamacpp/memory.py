@@ -29,6 +29,7 @@ never offload an op whose weights sit in host memory. docs/engines.md says how a
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 import struct
@@ -40,6 +41,8 @@ from solver.engines.llamacpp.ggmlalloc import Graph, Tensor, row_size
 from solver.errors import InputError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from solver.files.config import ModelConfig
 
 #: The CPU buffer's alignment (``TENSOR_ALIGNMENT``, and so a CPU RPC server's).
@@ -1033,13 +1036,26 @@ def pipeline_parallel(g: Geometry, p: Placement) -> bool:
     return p.n_devices > 1 and ngl > g.n_layer_all and not p.overrides
 
 
-def compute_bytes(g: Geometry, p: Placement, f: Flags) -> list[int]:
-    """Compute buffer bytes per backend (the devices in order, then the CPU)."""
+#: The batch from which a CUDA device runs an op whose weight is in host memory (``ggml-cuda.cu``
+#: ``op_offload_min_batch_size``, ``GGML_OP_OFFLOAD_MIN_BATCH``), copying the weight into its compute buffer.
+CUDA_OFFLOAD_MIN_BATCH = 32
+
+
+def compute_bytes(
+    g: Geometry,
+    p: Placement,
+    f: Flags,
+    offload_min_batch: int = 0,
+    weight_type: Callable[[str], str] | None = None,
+) -> list[int]:
+    """Compute buffer bytes per backend (the devices in order, then the CPU). ``offload_min_batch``
+    models a CUDA build's op offload (``CUDA_OFFLOAD_MIN_BATCH``), whose weight copies take the size of
+    ``weight_type`` (a weight's stored type by name); 0, the CPU-backed RPC devices', never offloads."""
     f = effective(f)
     graph = build_graph(g, p, f)
-    be = ggmlalloc.rpc_backends(p.n_devices)
+    be = dataclasses.replace(ggmlalloc.rpc_backends(p.n_devices), offload_min_batch=offload_min_batch)
     copies = ggmlalloc.MAX_COPIES if pipeline_parallel(g, p) else 1
-    sched = ggmlalloc.schedule(graph, be, copies)
+    sched = ggmlalloc.schedule(graph, be, copies, weight_type if offload_min_batch else None)
     return ggmlalloc.allocate(sched, len(be.names), ALIGNMENT)
 
 
