@@ -112,13 +112,15 @@ class Resolved:
     """What an engine makes of a rig and model: its own fields of the problem, and where it differs
     from the files on the shared arrays: each GPU's buffers (None: none beyond the rig's), its time per
     layer (None: the rig's ``layer_ms`` or Strata's estimate), the first stage's bytes (None: the
-    model's) and bytes the last stage holds beyond the model's."""
+    model's), bytes the last stage holds beyond the model's, and the bytes the engine itself takes in
+    host RAM where experts run there (its host compute buffer), which ``host_memory`` must hold too."""
 
     fields: EngineFields = field(default_factory=EngineFields)
     buffers: list[int] | None = None
     layer_ms: list[float] | None = None
     first_stage_bytes: int | None = None
     last_stage_extra: int = 0
+    host_reserve: int = 0
 
 
 StageCell = Callable[["Stage"], str]

@@ -143,7 +143,7 @@ def build_arcs(p: Problem, table: Table) -> Arcs:
         stage=w.gpu + w.missed,
         spare=w.spare,
         host=w.host,
-        host_limit=p.host_memory,
+        host_limit=p.host_room,
         gpu_host=p.hosts.astype(np.int64),
         idle=p.idle_gpus,
         entry_units=entry if p.idle_gpus else 0,

@@ -8,7 +8,7 @@ import numpy as np
 
 from solver import interrupt
 from solver.engines import Table, engine_of
-from solver.problem.problem import Problem
+from solver.problem.problem import Problem, host_room_words
 from solver.solvers.arcs import Arcs
 from solver.solvers.paths import best_through
 from solver.solvers.policy import POLICY, Policy
@@ -111,7 +111,7 @@ def explain(
         if least > arcs.host_limit:
             return (
                 f"every placement leaves at least {format_size(least)} of experts in host memory, more "
-                f"than host_memory ({format_size(arcs.host_limit)})"
+                f"than {host_room_words(p)}"
             )
     most = policy.core_time_s
     return _core_reason(p, table, most if time_left is None else min(most, max(time_left, 0.1)))
@@ -177,7 +177,7 @@ def _core_reason(p: Problem, table: Table, time_limit: float) -> str:
         if p.host_memory is not None:  # the GPUs' own rules admit a placement: the host limit binds
             return (
                 f"every placement that fits the GPUs leaves more expert weights in host memory than "
-                f"host_memory allows ({format_size(p.host_memory)})"
+                f"{host_room_words(p)} allows"
             )
         return f"no way to cut the {n} layers over the {k} GPUs fits every GPU's memory and layer limits"
     for r in list(core):

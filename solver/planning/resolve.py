@@ -152,6 +152,7 @@ def resolve(
         files=files,
         experts=experts,
         host_memory=rig.host_memory,
+        host_reserve=own.host_reserve if rig.host_memory is not None else 0,
         engine=rig.engine,
         engine_fields=own.fields,
         kv_per_layer=np.array(kv_per_layer_of(model), dtype=np.int64),

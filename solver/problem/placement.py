@@ -187,7 +187,8 @@ def handoffs_ms(p: Problem, gpus: list[int]) -> float:
 def feasible(p: Problem, plan: Placement) -> bool:
     """Every feasibility rule: layer counts within each GPU's limits, every stage fits, each GPU
     at most once (exactly once unless idle GPUs are allowed; in rig order as given), each host's stages
-    one run, and the experts left in host memory within ``host_memory``."""
+    one run, and the experts left in host memory within ``host_memory`` less what the engine itself
+    takes there (``Problem.host_room``)."""
     for i, s in enumerate(plan.stages):
         n = s.end - s.start
         low = max(int(p.min_layers[s.gpu]), p.first_stage_min_layers if i == 0 else 1)
@@ -201,4 +202,5 @@ def feasible(p: Problem, plan: Placement) -> bool:
     runs = [int(h) for i, h in enumerate(p.hosts[gpus]) if i == 0 or h != p.hosts[gpus[i - 1]]]
     if len(runs) != len(set(runs)):
         return False
-    return p.host_memory is None or plan.host_bytes <= p.host_memory
+    room = p.host_room
+    return room is None or plan.host_bytes <= room

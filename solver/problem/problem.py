@@ -20,7 +20,7 @@ import numpy as np
 
 from solver.files.config import DEFAULT_ENGINE, ModelConfig
 from solver.files.kvcache import DEFAULT_KV_TYPE
-from solver.units import per_layer
+from solver.units import format_size, per_layer
 
 #: The engine's per-layer estimate: an RTX 5080 (84 SMs at 2.617 GHz) runs a layer in 0.33 ms.
 REFERENCE_LAYER_MS, REFERENCE_SMS, REFERENCE_GHZ = 0.33, 84, 2.617
@@ -58,6 +58,8 @@ class Problem:
     expert_bytes (L,)  bytes of one cached expert of each layer
     experts (L,)       routed experts per layer (None: the profile's pairs per layer)
     host_memory        bytes of host RAM for the experts no GPU holds (None: no limit)
+    host_reserve       bytes of host_memory the engine itself takes where experts run on the host (its
+                       host compute buffer); ``host_room`` is what is left for the experts
     engine             strata | llama.cpp | vllm | sglang (solver.engines)
     engine_fields      what only that engine reads (its EngineFields subclass, beside the engine)
     kv_per_layer (L,)  KV bytes one token costs each layer: a context changes every engine's layer
@@ -108,10 +110,17 @@ class Problem:
     idle_gpus: bool = False
     kv_type: str = DEFAULT_KV_TYPE
     buffers: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    host_reserve: int = 0
 
     @property
     def n_layers(self) -> int:
         return len(self.layer_bytes)
+
+    @property
+    def host_room(self) -> int | None:
+        """Bytes of host RAM the experts left there may take: ``host_memory`` less ``host_reserve``
+        (None: no limit; 0 when the engine's own buffer leaves nothing, so no expert may stay there)."""
+        return None if self.host_memory is None else max(self.host_memory - self.host_reserve, 0)
 
     @property
     def n_gpus(self) -> int:
@@ -186,3 +195,12 @@ def at_context(p: Problem, context: int, kv_scale: Fraction = Fraction(1)) -> Pr
     base = p.layer_bytes - kv * p.context
     cache = np.array([ceil(int(x) * context * kv_scale) for x in kv], dtype=np.int64)
     return dataclasses.replace(p, layer_bytes=base + cache, context=context)
+
+
+def host_room_words(p: Problem) -> str:
+    """The host limit a placement's experts must stay within, in words: ``host_memory``, less the
+    engine's own host buffer where it counts one."""
+    words = f"host_memory ({format_size(p.host_memory or 0)})"
+    if p.host_reserve:
+        words += f" less the engine's host compute buffer ({format_size(p.host_reserve)})"
+    return words

@@ -4,6 +4,11 @@ layer on the device of the plan's stage and each expert tensor where the plan sa
 The devices are local rpc-servers (RPC0, RPC1, ... in the order the export lists its devices); the model
 is a sparse GGUF of the rig's model's real shapes. ``llama-fit-params --fit-print on`` loads the tensor
 infos without allocating anything, so the placement it logs is the one ``llama-server`` would make.
+
+The sparse GGUF's weight types are not the shipped model files' (its estimate of a plan's weights would
+not be the plan's), so each rig is also planned with the model file ``solve model from-gguf`` makes of
+that very GGUF: llama.cpp's estimate of that plan's command (model + context + compute per device) must
+fit each card's free memory, and agree with the plan's own count of the card.
 """
 
 from __future__ import annotations
@@ -20,11 +25,13 @@ import yaml
 from click.testing import CliRunner
 
 from solver.cli import cli
+from solver.engines import engine_of
 from solver.engines.llamacpp.args import parse_llama_args
 from solver.engines.llamacpp.commandmemory import with_command_memory
 from solver.engines.llamacpp.devices import devices_of, layer_devices
 from solver.engines.llamacpp.fields import LlamaFields
 from solver.engines.llamacpp.memory import PlanMemory
+from solver.engines.llamacpp.score import score
 from solver.planning.resolve import load_problem
 from tests.conftest import SHIPPED_RIGS
 from tests.engine import harness
@@ -94,6 +101,25 @@ def _for_rpc(words: list[str], devices: list[str], rpc: str) -> list[str]:
     return [*out, "--device", ",".join(f"RPC{i}" for i in range(len(devices)))]
 
 
+def twin_model(key: str, gguf_dir: Path) -> Path:
+    """The model file ``solve model from-gguf`` writes of the sparse GGUF ``key`` (made once a session)."""
+    gguf, _ = harness.ensure_gguf(key, gguf_dir)
+    out = gguf_dir / f"{key}.yaml"
+    if not out.exists():
+        made = CliRunner().invoke(cli, ["model", "from-gguf", str(gguf), "-o", str(out)])
+        assert made.exit_code == 0, made.output
+    return out
+
+
+def with_twin(rig: Path, folder: Path, gguf_dir: Path) -> Path:
+    """A copy of the (llama.cpp) rig ``rig`` in ``folder`` whose model is its sparse GGUF's twin."""
+    model = twin_model(MODEL_OF[_model_file(rig)], gguf_dir)
+    text = re.sub(r"^model:.*$", f'model: "{model}"', rig.read_text(), count=1, flags=re.M)
+    out = folder / f"twin-{rig.name}"
+    out.write_text(text)
+    return out
+
+
 @pytest.mark.parametrize("rig", RIGS, ids=[r.stem for r in RIGS])
 def test_export_loads_where_the_plan_says(rig: Path, llama_bin: Path, gguf_dir: Path, tmp_path: Path) -> None:
     planned = as_llama_rig(rig, tmp_path)
@@ -105,6 +131,32 @@ def test_export_loads_where_the_plan_says(rig: Path, llama_bin: Path, gguf_dir: 
     check_loads(rig, plan, llama_bin, gguf_dir, export, planned)
 
 
+#: Shipped rigs whose plan with the sparse twin's weights is refused, and what the refusal says (six-auto
+#: plans with the twin: its hand-written model's layers are larger than the GGUF's).
+NO_TWIN_PLAN = {"sixteen": NO_PLAN["sixteen"]}
+#: Shipped rigs whose twin plan the quick tier loads (one GPU pair, two hosts); the full suite loads all.
+QUICK_TWINS = {"qwen3-30b-3060x2", "two-hosts"}
+
+
+@pytest.mark.parametrize(
+    "rig",
+    [r if r.stem in QUICK_TWINS else pytest.param(r, marks=pytest.mark.slow) for r in RIGS],
+    ids=[r.stem for r in RIGS],
+)
+def test_the_twin_plan_fits_each_card_as_llama_cpp_counts_it(
+    rig: Path, llama_bin: Path, gguf_dir: Path, tmp_path: Path
+) -> None:
+    """The shipped rig planned with its sparse GGUF's own model file: its export loads where the plan
+    says, and llama.cpp's estimate of each card fits the card's free memory."""
+    planned = with_twin(as_llama_rig(rig, tmp_path), tmp_path, gguf_dir)
+    if rig.stem in NO_TWIN_PLAN:
+        assert NO_TWIN_PLAN[rig.stem] in json.loads(_solve(str(planned), "--json", status=3))["reason"]
+        return
+    plan = json.loads(_solve(str(planned), "--json"))
+    export = _solve(str(planned), "--export", "llama.cpp")
+    check_loads(rig, plan, llama_bin, gguf_dir, export, planned, twin=True)
+
+
 def check_loads(
     rig: Path,
     plan: dict,
@@ -112,12 +164,13 @@ def check_loads(
     gguf_dir: Path,
     export: str | None = None,
     planned: Path | None = None,
+    twin: bool = False,
 ) -> None:
     """Load the plan's export (``export``, else the rig's own) in llama.cpp and compare its loader log
     with the plan: every layer on its stage's device, the output on the last, exactly the plan's
     offloaded expert tensors on the CPU; and, for a model with a geometry, each GPU's compute buffer as
-    the plan counts it for the command with fit-print's, and fit-print's total under the card's free
-    memory."""
+    the plan counts it for the command with fit-print's. With ``twin`` (the plan's model file is the
+    sparse GGUF's own), fit-print's total of each card under the card's free memory (``check_fits``)."""
     export = export or _solve(str(rig), "--export", "llama.cpp")
     words = _server_words(export)
     devices = _devices(words, len(plan["stages"]))
@@ -148,6 +201,23 @@ def check_loads(
     line = next(ln for ln in export.splitlines() if "llama-server " in ln and not ln.startswith("#"))
     fit = harness.parse_fit_print(done.stdout)[0]
     check_memory(planned or rig, shlex.split(line), position, stages, fit)
+    if twin:
+        check_fits(planned or rig, shlex.split(line), position, fit)
+
+
+def check_fits(rig: Path, command: list[str], position: dict[int, int], measured: dict) -> None:
+    """llama.cpp's estimate of each card under the command (model + context + compute) within the
+    card's free memory, and within max(2 %, 64 MiB) of the plan's own count of the card for the command
+    (what ``solve score`` counts: the card's weights and KV cache, and its compute buffer)."""
+    p = load_problem(rig)
+    scored = score(p, parse_llama_args(command), engine_of(p))
+    rig_reserve = p.reserve - p.buffers if len(p.buffers) else p.reserve
+    need = {c.gpu: c.need_bytes for c in scored.cards if c.gpu is not None}
+    for g, i in position.items():
+        theirs = measured[f"RPC{i}"]
+        assert theirs.total * 2**20 <= int(p.free[g]), (rig.stem, g, theirs, int(p.free[g]) // 2**20)
+        ours = (need[g] + int(scored.problem.reserve[g]) - int(rig_reserve[g])) // 2**20
+        assert agrees(ours, theirs.total), (rig.stem, g, ours, theirs)
 
 
 def agrees(ours: int, theirs: int) -> bool:
@@ -234,3 +304,22 @@ def test_random_rig_exports_load_where_the_plan_says(
         return
     assert result.exit_code == 0, result.output
     check_loads(rig, json.loads(result.stdout), llama_bin, gguf_dir)
+
+
+@pytest.mark.parametrize(
+    "seed", [*range(2), *(pytest.param(s, marks=pytest.mark.slow) for s in range(2, 12))]
+)  # the quick tier loads two
+def test_random_twin_plans_fit_each_card_as_llama_cpp_counts_it(
+    seed: int, llama_bin: Path, gguf_dir: Path, tmp_path: Path
+) -> None:
+    """A random rig planned with its model's sparse twin: loaded where the plan says, each card's
+    estimate within its free memory and the plan's count."""
+    rig = random_rig(seed, tmp_path)
+    planned = with_twin(rig, tmp_path, gguf_dir)
+    result = CliRunner().invoke(cli, [str(planned), "--json", "--workers", "1"])
+    if result.exit_code == 3:
+        assert json.loads(result.stdout)["reason"]
+        return
+    assert result.exit_code == 0, result.output
+    export = _solve(str(planned), "--export", "llama.cpp")
+    check_loads(rig, json.loads(result.stdout), llama_bin, gguf_dir, export, planned, twin=True)

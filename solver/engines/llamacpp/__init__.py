@@ -30,7 +30,7 @@ from solver.engines.llamacpp import memory as llama_memory
 from solver.engines.llamacpp.args import LlamaArgs, parse_llama_args
 from solver.engines.llamacpp.fields import LlamaFields
 from solver.engines.llamacpp.fitdefault import fit_default
-from solver.engines.llamacpp.layout import COMPUTE_BUFFER, free_memory_split
+from solver.engines.llamacpp.layout import COMPUTE_BUFFER, HOST_COMPUTE_BUFFER, free_memory_split
 from solver.engines.llamacpp.memory import N_BATCH, N_UBATCH
 from solver.engines.llamacpp.prompt import plan_prompt, prompt_model, scored_prompt
 from solver.engines.llamacpp.score import score
@@ -40,7 +40,7 @@ from solver.errors import InputError
 from solver.files.kvcache import KV_TYPES
 from solver.problem.baselines import Baseline, cuts_of
 from solver.problem.placement import NO_PROMPT_JSON, Placement, PromptSpeed, StageFill, bounds_ok, feasible
-from solver.problem.problem import Problem
+from solver.problem.problem import Problem, host_room_words
 from solver.units import format_size, per_layer
 
 if TYPE_CHECKING:
@@ -85,10 +85,11 @@ def _why_not(p: Problem, plan: Placement, n_cpu: int) -> str:
             f"for its layers {s.start}-{s.end - 1}"
         )
     split = f"split by free memory, --n-cpu-moe {n_cpu}"
-    if p.host_memory is not None and plan.host_bytes > p.host_memory:
+    room = p.host_room
+    if room is not None and plan.host_bytes > room:
         return (
             f"{split} (the least that fits the GPUs) leaves {format_size(plan.host_bytes)} of experts in "
-            f"host memory, more than host_memory ({format_size(p.host_memory)})"
+            f"host memory, more than {host_room_words(p)}"
         )
     return f"{split} breaks a GPU's min_layers or max_layers"
 
@@ -98,13 +99,23 @@ def _compute_buffers(rig: RigConfig, model: ModelConfig) -> dict:
     first and last stages: with the model's geometry, the exact figure of each role (``middle`` on every
     GPU, what ``first`` and ``last`` take beyond it on those stages; one GPU: ``only``); without it, the
     allowance ``COMPUTE_BUFFER`` on every GPU and the logits of a micro-batch on the last
-    (docs/engines.md, "Memory the engine takes"). The token embeddings stay in host RAM."""
+    (docs/engines.md, "Memory the engine takes"). The token embeddings stay in host RAM. Under a
+    ``host_memory`` limit, ``host_reserve`` is the host's compute buffer where experts run there (exact
+    with a geometry, ``HOST_COMPUTE_BUFFER`` per 512 tokens of micro-batch without)."""
     first = model.first_stage_bytes - model.embedding_bytes
     k = len(rig.gpus)
     g = llama_memory.geometry(model)
     if g is None:
         logits = 4 * rig.n_ubatch * (model.vocab_size or 0)  # float32 logits of a micro-batch
-        return {"buffers": [COMPUTE_BUFFER] * k, "last_stage_extra": logits, "first_stage_bytes": first}
+        host = HOST_COMPUTE_BUFFER * rig.n_ubatch // llama_memory.N_UBATCH
+        if rig.host_memory is None:
+            host = 0
+        return {
+            "buffers": [COMPUTE_BUFFER] * k,
+            "last_stage_extra": logits,
+            "first_stage_bytes": first,
+            "host_reserve": host,
+        }
     flags = llama_memory.run_flags(rig.context, rig.n_ubatch, rig.flash_attn == "on", model.kv_type)
     r = llama_memory.role_compute(g, flags)
     if k == 1:
@@ -121,6 +132,7 @@ def _compute_buffers(rig: RigConfig, model: ModelConfig) -> dict:
         "last_stage_extra": tail,
         "first_stage_bytes": first + head,
         "llama_memory": llama_memory.PlanMemory(g, flags, counted, head, tail, tuple(dense), ffn),
+        "host_reserve": llama_memory.host_compute(g, flags, k) if rig.host_memory is not None else 0,
     }
 
 
@@ -192,6 +204,7 @@ class LlamaCpp(BytesSpeed):
             layer_ms=layer_ms,
             first_stage_bytes=memory["first_stage_bytes"],
             last_stage_extra=memory["last_stage_extra"],
+            host_reserve=memory["host_reserve"],
         )
 
     def evaluate(

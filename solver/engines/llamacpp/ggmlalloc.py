@@ -15,7 +15,7 @@ Tensors carry shapes, strides and types but no data; sizes are ``ggml_nbytes``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 # block size and bytes per block of the GGML types used here (ggml.c type_traits)
@@ -293,11 +293,14 @@ class Graph:
 @dataclass
 class Backends:
     """The scheduler's backends in priority order, each with its default buffer type, and which
-    buffer types each backend can read. The last backend is the CPU."""
+    buffer types each backend can read. The last backend is the CPU. ``offload_min_batch``: the batch
+    from which the first device takes an op whose weight sits in host memory (``offload_op``: 32 for
+    CUDA, ``GGML_OP_OFFLOAD_MIN_BATCH``); 0: never (an RPC device has no ``offload_op``)."""
 
     names: list[str]
     bufts: list[str]
     readable: list[frozenset[str]]
+    offload_min_batch: int = 0
 
     @property
     def cpu(self) -> int:
@@ -335,10 +338,22 @@ def _backend_from_buffer(be: Backends, t: Tensor) -> int:
     return -1
 
 
+def op_batch_size(t: Tensor) -> int:
+    """``get_op_batch_size`` (``ggml-cuda.cu``): the batch an op runs over, as ``offload_op`` weighs it."""
+    if t.op == "GET_ROWS":
+        return 0
+    if t.op == "MUL_MAT":
+        return t.ne[1]
+    if t.op in ("MUL_MAT_ID", "ROPE"):
+        return t.ne[2]
+    return t.ne[1] * t.ne[2] * t.ne[3]
+
+
 def _from_cur(be: Backends, t: Tensor) -> int:
     """Pass 1 (``ggml_backend_sched_backend_id_from_cur``): pre-allocated tensors stay where they are,
     inputs go to the CPU, ops with a weight source go where the weight is (except ROPE and flash
-    attention, whose small weights must not decide)."""
+    attention, whose small weights must not decide), or, for a weight in host memory, to the first
+    device when it offloads a batch that large (cause ``1.off``)."""
     b = _backend_from_buffer(be, t)
     if b != -1:
         return b
@@ -348,7 +363,10 @@ def _from_cur(be: Backends, t: Tensor) -> int:
         return -1
     for s in t.src:
         if s is not None and s.buffer is not None and s.weights:
-            return _backend_from_buffer(be, s)
+            b = _backend_from_buffer(be, s)
+            if b == be.cpu and be.offload_min_batch and op_batch_size(t) >= be.offload_min_batch:
+                return 0
+            return b
     return -1
 
 
@@ -365,10 +383,14 @@ def _buffer_supported(be: Backends, bid: dict[int, int], t: Tensor, b: int) -> b
     return home in be.readable[b]
 
 
-def schedule(graph: Graph, be: Backends, n_copies: int = 1) -> Schedule:
+def schedule(
+    graph: Graph, be: Backends, n_copies: int = 1, weight_type: Callable[[str], str] | None = None
+) -> Schedule:
     """``ggml_backend_sched_split_graph``: assign backends (passes 1-4), split, add input copies, and
     lay out the graph the allocator sees (each split's inputs, then its nodes; leafs: with several
-    copies the graph inputs' and split inputs' copies first, then the graph's own leafs)."""
+    copies the graph inputs' and split inputs' copies first, then the graph's own leafs).
+    ``weight_type`` names a weight's stored type (by its name): an offloaded op's weight is copied
+    whole into the device's compute buffer, so its copy has the weight's own size."""
     bid: dict[int, int] = {}
     get = bid.get
     cpu = be.cpu
@@ -454,8 +476,12 @@ def schedule(graph: Graph, be: Backends, n_copies: int = 1) -> Schedule:
                 key = (id(s), cur)
                 if key not in copies:
                     made = []
+                    stored = weight_type(s.name) if weight_type is not None and s.weights else None
                     for _ in range(n_copies):
-                        c = Tensor(s.type, s.ne, nb=s.nb, name=f"{be.names[cur]}#{s.name}")
+                        if stored is not None:
+                            c = Tensor(stored, s.ne, name=f"{be.names[cur]}#{s.name}")
+                        else:
+                            c = Tensor(s.type, s.ne, nb=s.nb, name=f"{be.names[cur]}#{s.name}")
                         if n_copies > 1:
                             c.flags_input = c.flags_output = True
                         made.append(c)

@@ -14,6 +14,11 @@ import numpy as np
 #: docs/engines.md, "Memory the engine takes"); with one, solver.engines.llamacpp.memory computes it.
 COMPUTE_BUFFER = 256 * 2**20
 
+#: The allowance for llama.cpp's host compute buffer per 512 tokens of micro-batch, where experts run on
+#: the host, for a model file without a ``geometry:`` block (the buffer grows with the micro-batch; with
+#: a geometry, solver.engines.llamacpp.memory computes it: docs/engines.md, "Memory the engine takes").
+HOST_COMPUTE_BUFFER = 256 * 2**20
+
 
 def slot_devices(weights: np.ndarray, n_blocks: int, n_gpu_layers: int) -> list[int | None]:
     """``load_tensors``: the device (a position in the model's device list) of slots 0..n_blocks, None

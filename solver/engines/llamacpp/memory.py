@@ -29,6 +29,7 @@ never offload an op whose weights sit in host memory. docs/engines.md says how a
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 import struct
@@ -40,6 +41,8 @@ from solver.engines.llamacpp.ggmlalloc import Graph, Tensor, row_size
 from solver.errors import InputError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from solver.files.config import ModelConfig
 
 #: The CPU buffer's alignment (``TENSOR_ALIGNMENT``, and so a CPU RPC server's).
@@ -1033,13 +1036,26 @@ def pipeline_parallel(g: Geometry, p: Placement) -> bool:
     return p.n_devices > 1 and ngl > g.n_layer_all and not p.overrides
 
 
-def compute_bytes(g: Geometry, p: Placement, f: Flags) -> list[int]:
-    """Compute buffer bytes per backend (the devices in order, then the CPU)."""
+#: The batch from which a CUDA device runs an op whose weight is in host memory (``ggml-cuda.cu``
+#: ``op_offload_min_batch_size``, ``GGML_OP_OFFLOAD_MIN_BATCH``), copying the weight into its compute buffer.
+CUDA_OFFLOAD_MIN_BATCH = 32
+
+
+def compute_bytes(
+    g: Geometry,
+    p: Placement,
+    f: Flags,
+    offload_min_batch: int = 0,
+    weight_type: Callable[[str], str] | None = None,
+) -> list[int]:
+    """Compute buffer bytes per backend (the devices in order, then the CPU). ``offload_min_batch``
+    models a CUDA build's op offload (``CUDA_OFFLOAD_MIN_BATCH``), whose weight copies take the size of
+    ``weight_type`` (a weight's stored type by name); 0, the CPU-backed RPC devices', never offloads."""
     f = effective(f)
     graph = build_graph(g, p, f)
-    be = ggmlalloc.rpc_backends(p.n_devices)
+    be = dataclasses.replace(ggmlalloc.rpc_backends(p.n_devices), offload_min_batch=offload_min_batch)
     copies = ggmlalloc.MAX_COPIES if pipeline_parallel(g, p) else 1
-    sched = ggmlalloc.schedule(graph, be, copies)
+    sched = ggmlalloc.schedule(graph, be, copies, weight_type if offload_min_batch else None)
     return ggmlalloc.allocate(sched, len(be.names), ALIGNMENT)
 
 
@@ -1113,6 +1129,20 @@ def role_compute(g: Geometry, f: Flags) -> Roles:
     off = compute_bytes(g, Placement(3, overrides=_NO_PIPELINE), f)
     only = compute_bytes(g, Placement(1), f)
     return Roles(max(on[0], off[0]), max(on[1], off[1]), max(on[2], off[2]), only[0])
+
+
+#: The override that puts every routed expert tensor in host memory, as an export's ``-ot ...=CPU`` does.
+_EXPERTS_ON_HOST = (("_exps", "CPU"),)
+
+
+@functools.lru_cache(maxsize=16)
+def host_compute(g: Geometry, f: Flags, n_gpus: int) -> int:
+    """The host's compute buffer when it runs expert tensors, over ``n_gpus`` devices: the CPU backend
+    then holds a layer's MoE intermediates (and no pipeline-parallel copies, which an override turns
+    off). The figure for every expert on the host bounds the figure for some: the buffer is the largest
+    split's intermediates, not a sum over layers, and two devices bound any larger split (the host's
+    figure does not change with the number of devices beyond one)."""
+    return compute_bytes(g, Placement(min(max(n_gpus, 1), 2), overrides=_EXPERTS_ON_HOST), f)[-1]
 
 
 @dataclass(frozen=True)

@@ -114,6 +114,8 @@ def score(
         window += cpu_ms + extra_ms
         held_mass += float(c.cpu[from_cpu.any(axis=1)].sum()) / max(float(c.cpu.sum()), 1e-300)
     cpu_card = _cpu_card(q, c, placed, cpu_end, output)
+    if not host_compute and placed[:, q.n_gpus].any():  # no geometry: the plan's allowance
+        host_compute = q.host_reserve
     cards.insert(0, dataclasses.replace(cpu_card, need_bytes=cpu_card.need_bytes + host_compute))
     notes = [*args.notes, *notes, *rule_notes, *memory_notes]
     placed_by_user = args.n_gpu_layers is not None or args.tensor_split or args.overrides
