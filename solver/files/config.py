@@ -131,6 +131,8 @@ class EngineKeys(_Strict):
     of another engine is checked too (a rig planned with ``--engine`` keeps its file). Engines that
     read one key share the model that declares it."""
 
+    model_config = ConfigDict(defer_build=True)  # validated only as part of the joined schema
+
 
 K = TypeVar("K", bound=EngineKeys)
 
@@ -145,6 +147,8 @@ def _own(config: BaseModel, schema: type[K]) -> K:
 class GpuConfig(_Strict):
     """One card: its free VRAM, what to keep free, and its speed per layer. An engine's own GPU keys
     come from its ``gpu_schema`` (``keys``)."""
+
+    model_config = ConfigDict(defer_build=True)  # built once joined with the engines' keys
 
     name: Name | None = None
     free: Size
@@ -170,6 +174,8 @@ class RigConfig(_Strict):
     in, before the engines' own). An engine's own keys are its ``rig_schema`` (``EngineKeys``), joined to
     these when a file is read (``check_rig``) and read back through ``keys``.
     """
+
+    model_config = ConfigDict(defer_build=True)  # built once joined with the engines' keys
 
     name: Name | None = None
     model: FilePath | None = None
