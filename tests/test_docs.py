@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from solver.files.config import CountsCurve, CoverCurve, GpuConfig, ModelConfig, PowerCurve, RigConfig
+from solver.engines import REGISTRY
+from solver.files.config import CountsCurve, CoverCurve, ModelConfig, PowerCurve, gpus_schema, rig_schema
 from solver.solvers.policy import POLICY
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,7 +49,8 @@ def test_every_link_and_anchor_resolves(page):
 
 def test_the_reference_names_every_key():
     text = (ROOT / "docs" / "reference.md").read_text()
-    for schema in (RigConfig, GpuConfig, ModelConfig, CoverCurve, PowerCurve, CountsCurve):
+    rig = rig_schema(REGISTRY)  # the common keys and every engine's
+    for schema in (rig, gpus_schema(rig), ModelConfig, CoverCurve, PowerCurve, CountsCurve):
         for key in schema.model_fields:
             assert f"`{key}`" in text or f"{key}:" in text, (schema.__name__, key)
 

@@ -25,7 +25,7 @@ from solver.calibrate.promptfit import PromptFit, PromptScoring, fit_prompt, pro
 from solver.calibrate.speedfit import CONSTANTS, Design, Fitted, fit, from_x, leave_one_out, sigma_of, to_x
 from solver.engines import REGISTRY, Engine, engine_named, engine_of
 from solver.engines.bandwidth import speed_of, with_constants
-from solver.engines.llamacpp.fields import LlamaFields
+from solver.engines.llamacpp.fields import LlamaFields, LlamaKeys
 from solver.errors import ArgsError, InputError
 from solver.files.bounded import YAML_LIMIT, read_bounded
 from solver.files.config import ModelConfig, load_model, load_rig, relative_to, shown_path
@@ -192,7 +192,7 @@ def load(rig_path: Path, model_path: Path | None) -> Setup:
     path = model_path if model_path is not None else relative_to(rig_path, rig.model or "")
     model, _ = load_model(path)
     p = load_problem(rig_path, Overrides(model=model_path, host_bandwidth=START_HOST_BANDWIDTH))
-    start = [] if rig.host_bandwidth is not None else ["host_bandwidth"]
+    start = [] if rig.keys(LlamaKeys).host_bandwidth is not None else ["host_bandwidth"]
     text = read_bounded(rig_path, doc.file, "a YAML file", YAML_LIMIT).decode("utf-8")
     return Setup(p, text, doc.file, path, model, rig.model, start)
 

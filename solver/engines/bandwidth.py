@@ -24,6 +24,7 @@ import numpy as np
 
 from solver.engines.base import Engine, Required
 from solver.files.cards import DRIVER_MIB, Card, find_card
+from solver.files.config import EngineKeys, NonNegMs, Share, Whole
 from solver.problem.problem import EngineFields, Problem
 from solver.units import per_layer
 
@@ -37,6 +38,17 @@ GPU_EFFICIENCY = 0.8
 LAYER_OVERHEAD_MS = 0.05
 #: One change of device along a token's path (CPU <-> GPU), ms.
 SWITCH_MS = 0.08
+
+
+class BytesKeys(EngineKeys):
+    """The speed model's rig keys (None: the default constant; docs/reference.md, "Speed from bytes"):
+    the share of bandwidth a decode reaches, the fixed cost per layer, one change of device, and the
+    KV tokens a decode step reads (``depth``)."""
+
+    gpu_efficiency: Share | None = None
+    layer_overhead_ms: NonNegMs | None = None
+    switch_ms: NonNegMs | None = None
+    depth: Whole = 0
 
 
 @dataclass(frozen=True)
@@ -106,13 +118,14 @@ def resolve_speed(rig: RigConfig) -> Speed:
     bandwidth = np.array(
         [0.0 if giv else float(gpu_bandwidth(g) or 0) for g, giv in zip(rig.gpus, given)], dtype=np.float64
     )
+    keys = rig.keys(BytesKeys)
     return Speed(
         bandwidth=bandwidth,
         given=given,
-        efficiency=GPU_EFFICIENCY if rig.gpu_efficiency is None else rig.gpu_efficiency,
-        overhead_ms=LAYER_OVERHEAD_MS if rig.layer_overhead_ms is None else rig.layer_overhead_ms,
-        switch_ms=SWITCH_MS if rig.switch_ms is None else rig.switch_ms,
-        depth=rig.depth,
+        efficiency=GPU_EFFICIENCY if keys.gpu_efficiency is None else keys.gpu_efficiency,
+        overhead_ms=LAYER_OVERHEAD_MS if keys.layer_overhead_ms is None else keys.layer_overhead_ms,
+        switch_ms=SWITCH_MS if keys.switch_ms is None else keys.switch_ms,
+        depth=keys.depth,
     )
 
 
@@ -190,6 +203,7 @@ class BytesSpeed(Engine):
 
     #: The speed model's constants (``resolve_speed``).
     rig_keys: ClassVar[tuple[str, ...]] = ("gpu_efficiency", "layer_overhead_ms", "switch_ms", "depth")
+    rig_schema: ClassVar[type[EngineKeys]] = BytesKeys
 
     required: ClassVar[tuple[Required, ...]] = (
         Required(

@@ -27,6 +27,7 @@ import numpy as np
 
 from solver.engines.export import Launch
 from solver.errors import ArgsError
+from solver.files.config import EngineKeys
 from solver.problem.placement import Placement, Stage, StageFill, handoffs_ms
 from solver.problem.problem import EngineFields, Problem
 
@@ -157,10 +158,13 @@ class Engine:
     miss_label: ClassVar[str] = "misses"
     #: What the engine does, in a few words (rig files written for it say so).
     note: ClassVar[str] = ""
-    #: Rig-wide keys the engine reads besides the common ones (``rig new`` writes only these). The rig
-    #: file keeps them flat beside the common keys (solver.files.config.RigConfig gives their types);
-    #: the engine reads them in ``resolve_fields`` and checks them in ``required`` and ``check_gpus``.
+    #: Rig-wide keys the engine reads besides the common ones (``rig new`` writes only these).
     rig_keys: ClassVar[tuple[str, ...]] = ()
+    #: The engine's own keys of a rig file, rig-wide and on each GPU: their types, bounds and defaults
+    #: (solver.files.config.EngineKeys, validated with the file). The engine reads them through
+    #: ``rig.keys(schema)`` in ``resolve_fields`` and checks them in ``required`` and ``check_gpus``.
+    rig_schema: ClassVar[type[EngineKeys]] = EngineKeys
+    gpu_schema: ClassVar[type[EngineKeys]] = EngineKeys
     #: The GPU keys that give the engine a card's speed.
     speed_keys: ClassVar[tuple[str, ...]] = ("mem_bandwidth",)
     #: The rate key that makes misses slow when it is too low (None: misses have no rate).

@@ -5,8 +5,8 @@ the KV bytes one token costs the stage's layers, is the stage's spare KV in toke
 every stage's KV cache to the smallest, so a plan's spare KV is the minimum over its stages.
 
 Their own fields of the problem (``ResidentFields``) are the speed model's and the checkpoint their
-command loads; the memory each card keeps from the KV cache (the rig's ``gpu_memory_utilization``)
-goes into the shared ``reserve``.
+command loads; the memory each card keeps from the KV cache (the rig's ``gpu_memory_utilization``,
+one of their own rig keys, ``ResidentKeys``) goes into the shared ``reserve``.
 """
 
 from __future__ import annotations
@@ -19,12 +19,13 @@ from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
-from solver.engines.bandwidth import BytesFields, BytesSpeed, all_held_ms
+from solver.engines.bandwidth import BytesFields, BytesKeys, BytesSpeed, all_held_ms
 from solver.engines.base import Orders, PlanCell, Resolved, Shape, StageCell, Weights, ms, tokens
 from solver.engines.export import Command, context_flag, device_order, joined, placeholder, stage_sizes
 from solver.engines.export_hosts import sglang_node_lines, vllm_ray_lines
 from solver.engines.stageargs import StageArgs, layers_per_stage, parse_stage_args, score_stages
 from solver.files.cards import DRIVER_MIB
+from solver.files.config import Share
 from solver.problem.baselines import Baseline, cuts_of
 from solver.problem.placement import Placement, StageFill, bounds_ok, feasible
 from solver.problem.rangewalk import expert_prefix, need_table, room_of
@@ -37,6 +38,13 @@ if TYPE_CHECKING:
     from solver.files.config import ModelConfig, RigConfig
     from solver.problem.problem import Problem
     from solver.problem.scored import Scored
+
+
+class ResidentKeys(BytesKeys):
+    """The speed model's rig keys and the share of each card's total memory the engine may use (None:
+    ``GPU_MEMORY_UTILIZATION``)."""
+
+    gpu_memory_utilization: Share | None = None
 
 
 @dataclass(frozen=True)
@@ -157,6 +165,7 @@ class Resident(BytesSpeed):
 
     holds = "weights, every expert, session"
     rig_keys = (*BytesSpeed.rig_keys, "gpu_memory_utilization")
+    rig_schema = ResidentKeys
     note = "every weight in VRAM, one pipeline stage per GPU"
     #: The environment variable that takes the layers per stage.
     partition_env: ClassVar[str]
@@ -177,7 +186,8 @@ class Resident(BytesSpeed):
         """The speed model's fields and the model's checkpoint, and each card's memory the engine keeps
         from its KV cache: what ``gpu_memory_utilization`` leaves of the card's total, and the
         activations of its profiling run."""
-        util = GPU_MEMORY_UTILIZATION if rig.gpu_memory_utilization is None else rig.gpu_memory_utilization
+        given = rig.keys(ResidentKeys).gpu_memory_utilization
+        util = GPU_MEMORY_UTILIZATION if given is None else given
         total = [g.free + DRIVER_MIB * 2**20 for g in rig.gpus]
         buffers = [int((1 - util) * t) + ACTIVATIONS for t in total]
         speed, layer_ms = self.speed_fields(rig, model, experts)

@@ -1,6 +1,7 @@
 """Strata: a per-expert VRAM cache walked in profile order; a miss costs miss_ms per unit mass.
 
-The miss cost is Strata's own field of the problem (``StrataFields``), from the rig's ``miss_ms``.
+The miss cost is Strata's own field of the problem (``StrataFields``), from the rig's ``miss_ms``
+(``StrataKeys``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import numpy as np
 from solver.engines.base import Engine, PlanCell, Resolved, Shape, StageCell, Weights, ms
 from solver.engines.export import Comment, Flags, Line, SetEnv, Text, device_order, joined
 from solver.engines.stageargs import StageArgs, layers_per_stage, parse_stage_args, score_stages
+from solver.files.config import EngineKeys, NonNegMs
 from solver.problem.placement import StageFill
 from solver.problem.problem import EngineFields
 from solver.problem.rangewalk import RangeWalk, expert_prefix, need_table, walk_range, walk_table
@@ -24,6 +26,12 @@ if TYPE_CHECKING:
     from solver.files.yamlfile import YamlDoc
     from solver.problem.problem import Problem
     from solver.problem.scored import Scored
+
+
+class StrataKeys(EngineKeys):
+    """Strata's own rig keys: miss_ms, what fetching the whole routed mass costs a token, ms."""
+
+    miss_ms: NonNegMs = 190.0
 
 
 @dataclass(frozen=True)
@@ -103,6 +111,7 @@ class Strata(Engine):
     export_noun = "flags"
     note = "a per-expert VRAM cache fed from a routing profile"
     rig_keys = ("miss_ms", "first_stage_min_layers", "host_memory")
+    rig_schema = StrataKeys
     speed_keys = ("sms", "clock_ghz")
     columns: ClassVar[list[tuple[str, StageCell]]] = [
         ("cache", lambda s: format_size(s.cache_bytes)),
@@ -134,7 +143,7 @@ class Strata(Engine):
         return stage_fill(p, g, a, b)
 
     def resolve_fields(self, rig: RigConfig, model: ModelConfig, experts: np.ndarray) -> Resolved:
-        return Resolved(StrataFields(miss_ms=rig.miss_ms))
+        return Resolved(StrataFields(miss_ms=rig.keys(StrataKeys).miss_ms))
 
     def miss_total_ms(self, p: Problem) -> float:
         return miss_ms(p)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import difflib
+import functools
+import inspect
 import re
-from collections.abc import Collection
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar, get_args, get_origin
+from typing import Annotated, Any, ClassVar, Literal, Protocol, TypeVar, get_args, get_origin
 
 from pydantic import (
     AfterValidator,
@@ -18,6 +20,7 @@ from pydantic import (
     Tag,
     ValidationError,
     ValidationInfo,
+    create_model,
 )
 
 from solver.errors import InputError, brief
@@ -73,6 +76,7 @@ def _on_off(value: object) -> object:
 
 
 KvType = Annotated[str, AfterValidator(_known_kv_type)]
+OnOff = Annotated[Literal["on", "off"], BeforeValidator(_on_off)]
 
 
 def _tagged(one: Any, many: Any) -> Any:
@@ -120,8 +124,31 @@ Curve = Annotated[
 ]
 
 
+class EngineKeys(_Strict):
+    """Base of an engine's own keys of a rig file, rig-wide or of each GPU: a subclass beside the engine
+    gives their types, bounds and defaults (``Engine.rig_schema``, ``Engine.gpu_schema``). The file keeps
+    them flat beside the common keys, and ``check_rig`` validates every engine's with the file, so a key
+    of another engine is checked too (a rig planned with ``--engine`` keeps its file). Engines that
+    read one key share the model that declares it."""
+
+    model_config = ConfigDict(defer_build=True)  # validated only as part of the joined schema
+
+
+K = TypeVar("K", bound=EngineKeys)
+
+
+def _own(config: BaseModel, schema: type[K]) -> K:
+    """The keys ``schema`` declares, as ``config`` holds them (already validated); its defaults for
+    those ``config`` lacks (a config built without them)."""
+    given = {k: v for k, v in vars(config).items() if k in schema.model_fields}
+    return schema.model_construct(_fields_set=set(given) & config.model_fields_set, **given)
+
+
 class GpuConfig(_Strict):
-    """One card: its free VRAM, what to keep free, and its speed per layer."""
+    """One card: its free VRAM, what to keep free, and its speed per layer. An engine's own GPU keys
+    come from its ``gpu_schema`` (``keys``)."""
+
+    model_config = ConfigDict(defer_build=True)  # built once joined with the engines' keys
 
     name: Name | None = None
     free: Size
@@ -134,47 +161,91 @@ class GpuConfig(_Strict):
     host: Name = "local"
     mem_bandwidth: Rate | None = None
     buffer: Size | None = None
-    pcie_bandwidth: Rate | None = None
-    matrix_tflops: PositiveMs | None = None
+
+    def keys(self, schema: type[K]) -> K:
+        """This GPU's keys of an engine's ``schema``."""
+        return _own(self, schema)
 
 
 class RigConfig(_Strict):
     """A rig file: the GPUs in pipeline order and the run's settings.
 
-    The keys stay flat, one schema for every engine (a rig planned with ``--engine`` keeps its file;
-    the order is the one an unknown key's hint lists them in). A key only some engines read (marked
-    with the engines) belongs to those engines: they name it in their ``rig_keys``, read it when they
-    build their own fields and check it (solver.engines); here are only its type and bounds.
+    Here are the keys every engine shares (their order is the one an unknown key's hint lists them
+    in, before the engines' own). An engine's own keys are its ``rig_schema`` (``EngineKeys``), joined to
+    these when a file is read (``check_rig``) and read back through ``keys``.
     """
+
+    model_config = ConfigDict(defer_build=True)  # built once joined with the engines' keys
 
     name: Name | None = None
     model: FilePath | None = None
     context: Annotated[int, Field(ge=0, le=MAX_CONTEXT)] = 0
-    miss_ms: NonNegMs = 190.0  # strata
     handoff_ms: NonNegMs = 0.0
     first_stage_min_layers: Count = 1
     order: Literal["as-given", "auto"] = "as-given"
     objective: Literal["time", "mass", "throughput", "request"] = "time"
     engine: EngineName = DEFAULT_ENGINE
-    host_bandwidth: Rate | None = None  # llama.cpp
     host_memory: Size | None = None  # strata, llama.cpp
     network_handoff_ms: NonNegMs | None = None
     idle_gpus: bool = False
-    gpu_efficiency: (
-        Annotated[float, BeforeValidator(_yaml12_float), Field(gt=0, le=1, allow_inf_nan=False)] | None
-    ) = None  # speed from bytes
-    layer_overhead_ms: NonNegMs | None = None  # speed from bytes
-    switch_ms: NonNegMs | None = None  # speed from bytes
-    depth: Annotated[int, Field(ge=0, le=COUNT_MAX)] = 0  # speed from bytes
     kv_type: KvType | None = None
-    gpu_memory_utilization: Share | None = None  # vllm, sglang
-    n_ubatch: Annotated[int, Field(ge=1, le=COUNT_MAX)] | Literal["auto"] = 512  # llama.cpp
-    flash_attn: Annotated[Literal["on", "off"], BeforeValidator(_on_off)] = "on"  # llama.cpp
-    prompt: Count = 2048  # llama.cpp
-    generate: Count | None = None  # llama.cpp: tokens the request objective generates
-    matrix_efficiency: Share | None = None  # llama.cpp
-    pcie_efficiency: Share | None = None  # llama.cpp
     gpus: Annotated[list[GpuConfig], Field(min_length=1)]
+
+    def keys(self, schema: type[K]) -> K:
+        """The rig-wide keys of an engine's ``schema``."""
+        return _own(self, schema)
+
+
+class KeyOwner(Protocol):
+    """What reading a rig asks of each engine: the schemas of its own rig-wide and per-GPU keys."""
+
+    rig_schema: ClassVar[type[EngineKeys]]
+    gpu_schema: ClassVar[type[EngineKeys]]
+
+
+def _declared(schemas: tuple[type[EngineKeys], ...], common: type[BaseModel]) -> dict[str, Any]:
+    """The fields of ``schemas`` for ``create_model``, in order: each key once, declared by one model
+    (engines that read one key inherit it) and none of them a common key."""
+    fields: dict[str, Any] = {}
+    owner: dict[str, type] = {}
+    for schema in schemas:
+        for key, info in schema.model_fields.items():
+            declared = next(c for c in schema.__mro__ if key in inspect.get_annotations(c))
+            if key in common.model_fields or owner.setdefault(key, declared) is not declared:
+                other = common if key in common.model_fields else owner[key]
+                raise TypeError(f"rig key {key!r} of {declared.__name__} is also {other.__name__}'s")
+            fields[key] = (info.annotation, info)
+    return fields
+
+
+def rig_schema(engines: Mapping[str, KeyOwner]) -> type[RigConfig]:
+    """The whole schema of a rig file planned for one of ``engines``: the common keys, then each
+    engine's own, on the rig and on each GPU (in the engines' order; ``GpuConfig`` of
+    ``gpus_schema``)."""
+    return _joined(
+        tuple(dict.fromkeys(e.rig_schema for e in engines.values())),
+        tuple(dict.fromkeys(e.gpu_schema for e in engines.values())),
+    )
+
+
+@functools.cache
+def _joined(
+    rig_keys: tuple[type[EngineKeys], ...], gpu_keys: tuple[type[EngineKeys], ...]
+) -> type[RigConfig]:
+    """``RigConfig`` and its ``GpuConfig`` with the fields of ``rig_keys`` and ``gpu_keys``."""
+    gpu = create_model("GpuConfig", __base__=GpuConfig, **_declared(gpu_keys, GpuConfig))
+    gpus = RigConfig.model_fields["gpus"]
+    return create_model(
+        "RigConfig",
+        __base__=RigConfig,
+        gpus=(Annotated[(list[gpu], *gpus.metadata)], ...),
+        **_declared(rig_keys, RigConfig),
+    )
+
+
+def gpus_schema(schema: type[RigConfig]) -> type[GpuConfig]:
+    """The GPU entries' schema of a rig schema (``rig_schema``)."""
+    return get_args(schema.model_fields["gpus"].annotation)[0]
 
 
 class GeometryConfig(_Strict):
@@ -356,16 +427,17 @@ def relative_to(doc_file: Path, ref: str) -> Path:
     return p if p.is_absolute() else doc_file.parent / p
 
 
-def load_rig(path: Path, engines: Collection[str]) -> tuple[RigConfig, YamlDoc]:
+def load_rig(path: Path, engines: Mapping[str, KeyOwner]) -> tuple[RigConfig, YamlDoc]:
     """Read and validate a rig file (``check_rig``)."""
     doc = load_yaml(path, shown_path(path))
     return check_rig(doc, engines), doc
 
 
-def check_rig(doc: YamlDoc, engines: Collection[str]) -> RigConfig:
+def check_rig(doc: YamlDoc, engines: Mapping[str, KeyOwner]) -> RigConfig:
     """A parsed rig document validated, with the cross-field rules pydantic cannot say. ``engines``:
-    the names its ``engine`` key may take (solver.engines.REGISTRY, which sits above this module)."""
-    rig = validate(doc, RigConfig, {"engines": list(engines)})
+    the engines its ``engine`` key may name, each with its own keys (solver.engines.REGISTRY, which
+    sits above this module); every engine's keys are checked, whichever the rig names."""
+    rig = validate(doc, rig_schema(engines), {"engines": list(engines)})
     for i, gpu in enumerate(rig.gpus):
         has_est = gpu.sms is not None or gpu.clock_ghz is not None
         if gpu.layer_ms is not None and has_est:

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from solver.engines import REGISTRY, Engine, engine_named
+from solver.engines.llamacpp.fields import LlamaKeys
 from solver.errors import InputError
 from solver.files.config import (
     CountsCurve,
@@ -287,7 +288,7 @@ def load_problems(
     update = {k: v for k, v in (("objective", ov.objective), ("order", ov.order), ("engine", ov.engine)) if v}
     if ov.idle_gpus:
         update["idle_gpus"] = True
-    if ov.host_bandwidth is not None and rig.host_bandwidth is None:
+    if ov.host_bandwidth is not None and rig.keys(LlamaKeys).host_bandwidth is None:
         update["host_bandwidth"] = ov.host_bandwidth
     for key in ("context", "n_ubatch", "flash_attn", "prompt", "generate"):  # the engine's memory, prompt
         if getattr(ov, key) is not None:

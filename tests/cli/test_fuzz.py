@@ -20,8 +20,9 @@ import yaml
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
+from solver.engines import REGISTRY
 from solver.errors import brief, one_line
-from solver.files.config import GpuConfig, ModelConfig, RigConfig
+from solver.files.config import ModelConfig, gpus_schema, rig_schema
 from tests.helpers.clirun import input_error, invoke, key_line, outcome
 from tests.helpers.inputs import MODEL, PAIRS, RIG, at, dump, files, key_name, paths, strp, write_base
 from tests.helpers.tiers import examples
@@ -136,11 +137,12 @@ def test_model_values_replaced(base, data, value):
 
 
 def schema_keys(doc: dict, where: tuple) -> set[str]:
-    """The keys the schema knows at ``where`` in a rig or model."""
+    """The keys the schema knows at ``where`` in a rig (every engine's keys too) or model."""
+    rig = rig_schema(REGISTRY)
     if where == ():
-        return set((RigConfig if "gpus" in doc else ModelConfig).model_fields)
+        return set((rig if "gpus" in doc else ModelConfig).model_fields)
     if where[0] == "gpus":
-        return set(GpuConfig.model_fields)
+        return set(gpus_schema(rig).model_fields)
     return {"kind", "b", "exponent"}  # curve
 
 

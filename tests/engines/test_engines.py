@@ -210,9 +210,11 @@ def test_llama_cpp_refuses_more_gpus_than_its_tensor_split_takes(tmp_path):
 
 def test_the_rig_keys_an_engine_reads_are_the_rig_files_and_each_engine_only_key_has_an_engine():
     from solver.engines import REGISTRY
-    from solver.files.config import RigConfig
+    from solver.files.config import RigConfig, rig_schema
 
     named = {key for engine in REGISTRY.values() for key in engine.rig_keys}
-    assert named <= set(RigConfig.model_fields)
+    assert named <= set(rig_schema(REGISTRY).model_fields)
     only_some = {"miss_ms", "host_bandwidth", "gpu_efficiency", "layer_overhead_ms", "switch_ms", "depth"}
     assert only_some | {"gpu_memory_utilization"} <= named
+    own = {key for engine in REGISTRY.values() for key in engine.rig_schema.model_fields}
+    assert only_some | {"gpu_memory_utilization"} <= own and not own & set(RigConfig.model_fields)

@@ -31,6 +31,7 @@ from solver.engines.ik_llama.rules import MIN_BATCH_OFFLOAD, offload_min_batch
 from solver.engines.ik_llama.score import score
 from solver.engines.ik_llama.units import IkFields, ik_units, layer_sizes
 from solver.engines.llamacpp import GGUF_PLACEHOLDER, LlamaCpp
+from solver.engines.llamacpp.fields import LlamaKeys
 from solver.errors import ArgsError
 from solver.problem.baselines import Baseline
 from solver.problem.placement import feasible
@@ -58,11 +59,12 @@ class IkLlama(LlamaCpp):
     def resolve_fields(self, rig: RigConfig, model: ModelConfig, experts: np.ndarray) -> Resolved:
         """mainline's fields with ik's fused units and the logits the output slot weighs."""
         base = super().resolve_fields(rig, model, experts)
+        keys = rig.keys(LlamaKeys)
         fields = IkFields(
             **{f.name: getattr(base.fields, f.name) for f in dataclasses.fields(base.fields)},
-            logits_bytes=4 * rig.n_ubatch * (model.vocab_size or 0),
+            logits_bytes=4 * keys.n_ubatch * (model.vocab_size or 0),
         )
-        fields = dataclasses.replace(fields, **ik_units(model, rig.host_bandwidth, experts))
+        fields = dataclasses.replace(fields, **ik_units(model, keys.host_bandwidth, experts))
         if fields.prompt is not None:  # ik offloads a CPU expert weight from 32 x experts / active tokens
             most = int(np.max(experts)) if len(experts) else 0
             batch = offload_min_batch(most, int(model.active_experts or 1), PROMPT_OFFLOAD_MIN_BATCH)

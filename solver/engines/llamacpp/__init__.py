@@ -28,7 +28,7 @@ from solver.engines.export import (
 from solver.engines.export_hosts import llama_rpc_lines
 from solver.engines.llamacpp import memory as llama_memory
 from solver.engines.llamacpp.args import LlamaArgs, parse_llama_args
-from solver.engines.llamacpp.fields import LlamaFields
+from solver.engines.llamacpp.fields import LlamaFields, LlamaGpuKeys, LlamaKeys
 from solver.engines.llamacpp.fitdefault import fit_default
 from solver.engines.llamacpp.layout import COMPUTE_BUFFER, HOST_COMPUTE_BUFFER, free_memory_split
 from solver.engines.llamacpp.memory import N_BATCH, N_UBATCH
@@ -104,10 +104,11 @@ def _compute_buffers(rig: RigConfig, model: ModelConfig) -> dict:
     with a geometry, ``HOST_COMPUTE_BUFFER`` per 512 tokens of micro-batch without)."""
     first = model.first_stage_bytes - model.embedding_bytes
     k = len(rig.gpus)
+    keys = rig.keys(LlamaKeys)
     g = llama_memory.geometry(model)
     if g is None:
-        logits = 4 * rig.n_ubatch * (model.vocab_size or 0)  # float32 logits of a micro-batch
-        host = HOST_COMPUTE_BUFFER * rig.n_ubatch // llama_memory.N_UBATCH
+        logits = 4 * keys.n_ubatch * (model.vocab_size or 0)  # float32 logits of a micro-batch
+        host = HOST_COMPUTE_BUFFER * keys.n_ubatch // llama_memory.N_UBATCH
         if rig.host_memory is None:
             host = 0
         return {
@@ -116,7 +117,7 @@ def _compute_buffers(rig: RigConfig, model: ModelConfig) -> dict:
             "first_stage_bytes": first,
             "host_reserve": host,
         }
-    flags = llama_memory.run_flags(rig.context, rig.n_ubatch, rig.flash_attn == "on", model.kv_type)
+    flags = llama_memory.run_flags(rig.context, keys.n_ubatch, keys.flash_attn == "on", model.kv_type)
     r = llama_memory.role_compute(g, flags)
     if k == 1:
         each, head, tail = r.only, 0, 0
@@ -142,6 +143,8 @@ class LlamaCpp(BytesSpeed):
     name = "llama.cpp"
     note = "expert tensors on a GPU or, beyond VRAM, on the CPU"
     rig_keys = ("host_bandwidth", "host_memory", "n_ubatch", "flash_attn", "generate", *BytesSpeed.rig_keys)
+    rig_schema = LlamaKeys
+    gpu_schema = LlamaGpuKeys
     miss_rate_key = "host_bandwidth"
     reads_llama_bench = True
     defaults = ("fit", "free-memory")
@@ -179,9 +182,11 @@ class LlamaCpp(BytesSpeed):
         (``_compute_buffers``) and the first stage's weights without the embeddings (they stay in host
         memory). A quantised V cache without flash attention is refused, as llama.cpp refuses it."""
         speed, layer_ms = self.speed_fields(rig, model, experts)
-        units = llama_units(model, rig.host_bandwidth, experts)
-        fa = rig.flash_attn == "on"
-        why = llama_memory.refusal(None, llama_memory.run_flags(rig.context, rig.n_ubatch, fa, model.kv_type))
+        keys = rig.keys(LlamaKeys)
+        units = llama_units(model, keys.host_bandwidth, experts)
+        fa = keys.flash_attn == "on"
+        flags = llama_memory.run_flags(rig.context, keys.n_ubatch, fa, model.kv_type)
+        why = llama_memory.refusal(None, flags)
         if why:
             raise InputError(
                 rig.name or "rig", f"kv_type {model.kv_type} with flash_attn off: llama.cpp's {why}"
@@ -190,10 +195,10 @@ class LlamaCpp(BytesSpeed):
         fields = LlamaFields(
             **speed,
             **units,
-            host_bandwidth=rig.host_bandwidth,
+            host_bandwidth=keys.host_bandwidth,
             nextn_layers=model.nextn_layers,
             gguf=model.gguf,
-            n_ubatch=rig.n_ubatch,
+            n_ubatch=keys.n_ubatch,
             flash_attn=fa,
             llama_memory=memory.get("llama_memory"),
             prompt=prompt_model(rig, model, experts),

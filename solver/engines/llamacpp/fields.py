@@ -1,16 +1,50 @@
 """llama.cpp's own problem fields: its units (expert tensors), the rate the CPU runs those it keeps at,
-the blocks after the planned layers and the GGUF file its command loads. The speed model's fields it
-shares with vLLM and SGLang come first (solver.engines.bandwidth.BytesFields)."""
+the blocks after the planned layers and the GGUF file its command loads; and its own keys of a rig
+file they are built from. The speed model's fields and keys it shares with vLLM and SGLang come first
+(solver.engines.bandwidth.BytesFields, BytesKeys)."""
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import numpy as np
+from pydantic import Discriminator, Tag
 
-from solver.engines.bandwidth import BytesFields
+from solver.engines.bandwidth import BytesFields, BytesKeys
+from solver.files.config import Count, EngineKeys, OnOff, PositiveMs, Rate, Share
+
+#: ``n_ubatch``: a micro-batch of tokens, or ``auto`` (chosen with the placement); errors name the
+#: branch the value is on.
+UbatchKey = Annotated[
+    Annotated[Count, Tag("§one")] | Annotated[Literal["auto"], Tag("§many")],
+    Discriminator(lambda v: "§many" if v == "auto" else "§one"),
+]
+
+
+class LlamaKeys(BytesKeys):
+    """llama.cpp's rig keys beyond the speed model's: the rate the CPU streams host memory at, the
+    micro-batch (``-ub``, or ``auto``: planned with the placement) and flash attention (``-fa``) the run
+    uses, the prompt tokens its prompt figures are for, the tokens the request objective generates, and
+    the shares of matrix throughput and PCIe rate prompt processing reaches (None:
+    the defaults of solver.engines.llamacpp.prompt)."""
+
+    host_bandwidth: Rate | None = None
+    n_ubatch: UbatchKey = 512
+    flash_attn: OnOff = "on"
+    prompt: Count = 2048
+    generate: Count | None = None
+    matrix_efficiency: Share | None = None
+    pcie_efficiency: Share | None = None
+
+
+class LlamaGpuKeys(EngineKeys):
+    """llama.cpp's keys of each GPU, for prompt processing: the rate copies over its host link reach
+    and its dense FP16 matrix TFLOPS (None: the card table's)."""
+
+    pcie_bandwidth: Rate | None = None
+    matrix_tflops: PositiveMs | None = None
 
 
 @dataclass(frozen=True)

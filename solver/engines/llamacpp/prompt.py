@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from solver.engines.llamacpp.fields import LlamaFields
+from solver.engines.llamacpp.fields import LlamaFields, LlamaGpuKeys, LlamaKeys
 from solver.files.cards import DRIVER_MIB, find_card
 from solver.problem.placement import PromptSpeed
 from solver.problem.problem import kv_per_layer_of
@@ -203,8 +203,9 @@ def _card(gpu: GpuConfig):
 
 def gpu_tflops(gpu: GpuConfig) -> float | None:
     """The GPU's dense FP16 matrix TFLOPS: its rig entry's, else the card table's."""
-    if gpu.matrix_tflops is not None:
-        return gpu.matrix_tflops
+    given = gpu.keys(LlamaGpuKeys).matrix_tflops
+    if given is not None:
+        return given
     card = _card(gpu)
     return card.tflops if card is not None else None
 
@@ -212,8 +213,9 @@ def gpu_tflops(gpu: GpuConfig) -> float | None:
 def gpu_pcie(gpu: GpuConfig) -> float | None:
     """Bytes/s of the GPU's host link: its rig entry's ``pcie_bandwidth`` (the rate copies reach), else
     the card table's link rate (PCIE_EFFICIENCY is applied to that one only)."""
-    if gpu.pcie_bandwidth is not None:
-        return float(gpu.pcie_bandwidth)
+    given = gpu.keys(LlamaGpuKeys).pcie_bandwidth
+    if given is not None:
+        return float(given)
     card = _card(gpu)
     return float(card.pcie_bandwidth) if card is not None and card.pcie_bandwidth else None
 
@@ -253,13 +255,14 @@ def geometry_flops(model: ModelConfig, experts: np.ndarray) -> tuple[np.ndarray,
 def prompt_model(rig: RigConfig, model: ModelConfig, experts: np.ndarray) -> PromptModel:
     """The rig's and model's prompt constants (the module docstring); ``experts`` (L,) routed experts
     per layer."""
-    eff = MATRIX_EFFICIENCY if rig.matrix_efficiency is None else rig.matrix_efficiency
-    pcie_eff = PCIE_EFFICIENCY if rig.pcie_efficiency is None else rig.pcie_efficiency
+    keys = rig.keys(LlamaKeys)
+    eff = MATRIX_EFFICIENCY if keys.matrix_efficiency is None else keys.matrix_efficiency
+    pcie_eff = PCIE_EFFICIENCY if keys.pcie_efficiency is None else keys.pcie_efficiency
     flops = np.array([(gpu_tflops(g) or 0.0) * 1e12 * eff for g in rig.gpus], dtype=np.float64)
     pcie = []
     for g in rig.gpus:
         rate = gpu_pcie(g) or 0.0
-        pcie.append(rate if g.pcie_bandwidth is not None else rate * pcie_eff)
+        pcie.append(rate if g.keys(LlamaGpuKeys).pcie_bandwidth is not None else rate * pcie_eff)
     n = model.layers
     e = np.asarray(experts, dtype=np.float64)
     expert_bytes = _layers(model.expert_bytes, n) * e
@@ -286,12 +289,12 @@ def prompt_model(rig: RigConfig, model: ModelConfig, experts: np.ndarray) -> Pro
         attention=attention,
         tokens_share=share,
         expert_bytes=expert_bytes,
-        prompt=rig.prompt,
-        n_ubatch=rig.n_ubatch,
-        flash_attn=rig.flash_attn == "on",
-        depth=rig.depth,
+        prompt=keys.prompt,
+        n_ubatch=keys.n_ubatch,
+        flash_attn=keys.flash_attn == "on",
+        depth=keys.depth,
         window=window,
-        pcie_given=np.array([g.pcie_bandwidth is not None for g in rig.gpus]),
+        pcie_given=np.array([g.keys(LlamaGpuKeys).pcie_bandwidth is not None for g in rig.gpus]),
         efficiency=eff,
         pcie_efficiency=pcie_eff,
     )
