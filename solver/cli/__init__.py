@@ -1,7 +1,7 @@
 """The ``solve`` command: ``solve RIG`` plans a rig; subcommands add tools around it.
 
-One module per command (plan, probe, calibrate, model, rig, profile, score, bench); ``bench`` and
-``score`` are imported only when named (solver.cli.group).
+One module per command (plan, probe, calibrate, model, rig, profile, score, bench, verify); every one
+but ``plan`` is imported only when named (solver.cli.group), so ``solve RIG`` loads none of them.
 """
 
 from __future__ import annotations
@@ -9,13 +9,8 @@ from __future__ import annotations
 import click
 
 from solver import interrupt
-from solver.cli.calibrate import calibrate_cmd
 from solver.cli.group import DefaultToPlan
-from solver.cli.model import model_group
 from solver.cli.plan import plan_cmd
-from solver.cli.probe import probe_cmd
-from solver.cli.profile import profile_group
-from solver.cli.rig import rig_group
 
 
 @click.group(cls=DefaultToPlan, context_settings={"help_option_names": ["-h", "--help"]})
@@ -33,11 +28,6 @@ def cli() -> None:
 
 
 cli.add_command(plan_cmd)
-cli.add_command(probe_cmd)
-cli.add_command(calibrate_cmd)
-cli.add_command(profile_group)
-cli.add_command(model_group)
-cli.add_command(rig_group)
 
 
 def main() -> None:

@@ -25,6 +25,11 @@ class DefaultToPlan(click.Group):
 
     LAZY: ClassVar[dict[str, str]] = {
         "bench": "solver.cli.bench:bench",
+        "calibrate": "solver.cli.calibrate:calibrate_cmd",
+        "model": "solver.cli.model:model_group",
+        "probe": "solver.cli.probe:probe_cmd",
+        "profile": "solver.cli.profile:profile_group",
+        "rig": "solver.cli.rig:rig_group",
         "score": "solver.cli.score:score",
         "verify": "solver.cli.verify:verify",
     }

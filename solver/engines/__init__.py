@@ -3,7 +3,8 @@
 strata: a per-expert cache walked in profile order (solver.engines.strata). llama.cpp: whole expert
 tensors on the GPU or run by the CPU (solver.engines.llamacpp). vllm/sglang: every weight resident,
 spare KV reported (solver.engines.resident). solver.engines.base says what an engine owns. Adding an
-engine is one module with an ``Engine`` subclass and one ``register`` line below.
+engine is one module with an ``Engine`` subclass and one line in ``REGISTRY`` below, which imports an
+engine's module the first time the engine is asked for (a plan loads only its own engine's code).
 
 The functions here answer for the problem's engine, by its name; the engine modules never import this
 registry (an engine that needs its own rules uses itself), so everything below it imports nothing
@@ -12,21 +13,59 @@ above it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import importlib
+from collections.abc import Callable, Iterator, MutableMapping
 
 from solver.engines.base import Engine, Resolved, Shape, Table, Weights
 from solver.engines.export import Launch, Offload
 from solver.engines.export_hosts import Hosts
-from solver.engines.ik_llama import IkLlama
-from solver.engines.llamacpp import LlamaCpp
-from solver.engines.resident import Sglang, Vllm
 from solver.engines.shells import DEFAULT_SHELL, render
-from solver.engines.strata import Strata
 from solver.files.config import DEFAULT_ENGINE
 from solver.problem.placement import Placement, StageFill
 from solver.problem.problem import Problem
 
-REGISTRY: dict[str, Engine] = {}
+
+class Registry(MutableMapping[str, Engine]):
+    """The engines by name, each given as ``"module:Class"`` and made the first time it is looked up
+    (its module imported then), or registered as an object."""
+
+    def __init__(self, lazy: dict[str, str]) -> None:
+        self._lazy = dict(lazy)
+        self._made: dict[str, Engine] = {}
+
+    def __getitem__(self, name: str) -> Engine:
+        if name not in self._made:
+            module, cls = self._lazy[name].split(":")
+            self._made[name] = getattr(importlib.import_module(module), cls)()
+        return self._made[name]
+
+    def __setitem__(self, name: str, engine: Engine) -> None:
+        self._lazy.setdefault(name, "")
+        self._made[name] = engine
+
+    def __delitem__(self, name: str) -> None:
+        del self._lazy[name]
+        self._made.pop(name, None)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._lazy
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._lazy)
+
+    def __len__(self) -> int:
+        return len(self._lazy)
+
+
+REGISTRY = Registry(
+    {
+        "strata": "solver.engines.strata:Strata",
+        "llama.cpp": "solver.engines.llamacpp:LlamaCpp",
+        "ik_llama.cpp": "solver.engines.ik_llama:IkLlama",
+        "vllm": "solver.engines.resident:Vllm",
+        "sglang": "solver.engines.resident:Sglang",
+    }
+)
 
 
 def register(engine: Engine) -> Engine:
@@ -35,22 +74,15 @@ def register(engine: Engine) -> Engine:
     return engine
 
 
-register(Strata())
-register(LlamaCpp())
-register(IkLlama())
-register(Vllm())
-register(Sglang())
-
 #: The engine names the command line offers.
 ENGINES = tuple(REGISTRY)
 
 
 def engine_named(name: str) -> Engine:
     """The registered engine ``name``; ValueError naming the engines there are."""
-    try:
-        return REGISTRY[name]
-    except KeyError:
-        raise ValueError(f"unknown engine {name!r}; choose one of {', '.join(REGISTRY)}") from None
+    if name not in REGISTRY:
+        raise ValueError(f"unknown engine {name!r}; choose one of {', '.join(REGISTRY)}")
+    return REGISTRY[name]
 
 
 def engine_of(p: Problem) -> Engine:

@@ -15,8 +15,6 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from solver.engines.llamacpp.flags import LLAMA_PLACEMENT
-from solver.engines.llamacpp.values import stoi, visible_devices
 from solver.errors import ArgsError
 from solver.problem.problem import Problem, at_context
 from solver.problem.scored import Card, Scored
@@ -81,6 +79,10 @@ GRAMMARS = {
 
 def parse_stage_args(engine: str, words: list[str]) -> StageArgs:
     """Read a vLLM, SGLang or Strata command (``NAME=VALUE`` variables first, ``export`` allowed)."""
+    # llama.cpp's flag readers, imported here: its package's import is long, and only a read needs them
+    from solver.engines.llamacpp.flags import LLAMA_PLACEMENT
+    from solver.engines.llamacpp.values import visible_devices
+
     grammar = GRAMMARS[engine]
     words = list(words)
     fields: dict = {}
@@ -126,6 +128,8 @@ def _partition(name: str, value: str) -> tuple[int, ...]:
 def _apply(fields: dict, flag: str, what: str, value: str) -> None:
     """One flag's value: the pipeline size, a tensor-parallel size (only 1 is a layer split), the
     context, or Strata's cut points."""
+    from solver.engines.llamacpp.values import stoi
+
     if what == "cuts":
         fields["cuts"] = _partition(flag, value) if value.strip() else ()
         return

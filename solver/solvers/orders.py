@@ -15,7 +15,6 @@ import numpy as np
 
 from solver.solvers import Solution, TooLarge, plan_arcs, stage_key
 from solver.solvers.arcs import Arcs, subset
-from solver.solvers.cpmodel import plan_time
 
 Solver = Callable[[Arcs], Solution]
 
@@ -62,6 +61,8 @@ def in_order(arcs: Arcs, gpus: tuple[int, ...], solve: Solver) -> Solution:
 
 def rank(arcs: Arcs, sol: Solution) -> tuple:
     """The tie chain's key of a plan (smaller is better)."""
+    from solver.solvers.cpmodel import plan_time  # with CP-SAT, whose import a DP route skips
+
     ids = plan_arcs(arcs, sol.gpus, sol.cuts)
     time = int(arcs.time_key(plan_time(arcs, ids)))
     if arcs.objective.maximises:

@@ -31,7 +31,6 @@ import numpy as np
 
 from solver.solvers import Limits, Solution, TooLarge, dp, dpgraph, subsetdp
 from solver.solvers.arcs import Arcs
-from solver.solvers.cpsat import forced_time, least_top_stage, solve_cpsat
 from solver.solvers.exhaustive import count_placements, solve_exhaustive
 from solver.solvers.orders import in_order, solve_in_orders
 from solver.solvers.policy import POLICY, Policy
@@ -207,8 +206,12 @@ def _run(r: Route, arcs: Arcs, limits: Limits, policy: Policy, hint: Solution | 
     if r.solver in ("dp", "host/idle dp"):
         return exact_dp(arcs, limits, policy)
     if r.solver == "cp-sat":
+        from solver.solvers.cpsat import solve_cpsat  # CP-SAT's import is long; a DP route skips it
+
         return solve_cpsat(arcs, limits, hint=hint, policy=policy)
     if r.solver == "pruned":
+        from solver.solvers.cpsat import least_top_stage
+
         exact = functools.partial(exact_on, policy=policy)
         return solve_pruned(
             arcs, limits, hint, exact, policy, functools.partial(least_top_stage, policy=policy)
@@ -242,6 +245,8 @@ def forced_times(
             return subsetdp.forced_times(arcs, gpus, end, policy)
         except TooLarge:  # a rig order that splits a host's GPUs: the DP declines it, CP-SAT prices it
             pass
+    from solver.solvers.cpsat import forced_time
+
     limits = dataclasses.replace(limits, started=now, time_limit=end - now)
     out: dict[int, int | None] = {}
     for g in gpus:

@@ -219,42 +219,44 @@ class Fills:
 def dense_table(units: Units, carried: list[np.ndarray], rooms: np.ndarray) -> Fills:
     """The best fill of every (g, a, b) of ``rooms`` (G, L+1, L+1), by one DP over layers for every start.
 
-    ``carried`` are per-unit integers (shape (U,) each) summed over the chosen set alongside. The
-    states are as many as the largest room holds grains (``grain_of`` keeps them within MAX_STATES).
+    ``carried`` are per-unit integers (shape (U,) each) summed over the chosen set alongside; one that
+    is the units' own sizes is the bytes held, not carried twice. The states are as many as the largest
+    room holds grains (``grain_of`` keeps them within MAX_STATES). A pattern that holds ``shift`` grains
+    can only improve states from ``shift`` up, so each update works on those states alone, in place.
     """
     n = units.n_layers
     grain = int(np.gcd.reduce(units.size)) if len(units.size) else 1
     cap = min(int(rooms.max(initial=0)), int(units.size.sum()))
     states = max(cap, 0) // grain + 1
-    low = np.iinfo(np.int64).min // 4
     out = Fills(
         np.zeros(rooms.shape, dtype=np.int64),
         np.zeros(rooms.shape, dtype=np.int64),
         [np.zeros(rooms.shape, dtype=np.int64) for _ in carried],
     )
+    own = [np.array_equal(c, units.size) for c in carried]
     key = np.zeros((n, states), dtype=np.int64)  # row a: the fill of [a, b) after layer b - 1
     size = np.zeros((n, states), dtype=np.int64)
-    sums = [np.zeros((n, states), dtype=np.int64) for _ in carried]
+    sums = [None if own[i] else np.zeros((n, states), dtype=np.int64) for i in range(len(carried))]
     for layer in range(n):
         rows = slice(0, layer + 1)  # starts a <= layer; row ``layer`` starts empty
         pats = _distinct([p for p in patterns(units, layer) if p.held and p.size // grain < states], carried)
         base_key, base_size = key[rows].copy(), size[rows].copy()
-        base_sums = [x[rows].copy() for x in sums]
+        base_sums = [None if x is None else x[rows].copy() for x in sums]
         for p in pats:
             shift = p.size // grain
-            cand_key = np.full_like(base_key, low)
-            cand_key[:, shift:] = base_key[:, : states - shift] + p.key
-            cand_size = np.zeros_like(base_size)
-            cand_size[:, shift:] = base_size[:, : states - shift] + p.size
-            now_key, now_size = key[rows], size[rows]
-            better = (cand_key > now_key) | ((cand_key == now_key) & (cand_size < now_size))
-            key[rows] = np.where(better, cand_key, now_key)
-            size[rows] = np.where(better, cand_size, now_size)
+            width = states - shift
+            cand_key = base_key[:, :width] + p.key
+            cand_size = base_size[:, :width] + p.size
+            now_key, now_size = key[rows, shift:], size[rows, shift:]
+            better = cand_key > now_key
+            better |= (cand_key == now_key) & (cand_size < now_size)
+            np.copyto(now_key, cand_key, where=better)
+            np.copyto(now_size, cand_size, where=better)
             held = list(p.held)
             for i, per_unit in enumerate(carried):
-                cand = np.zeros_like(base_key)
-                cand[:, shift:] = base_sums[i][:, : states - shift] + int(per_unit[held].sum())
-                sums[i][rows] = np.where(better, cand, sums[i][rows])
+                if sums[i] is not None:
+                    cand = base_sums[i][:, :width] + int(per_unit[held].sum())
+                    np.copyto(sums[i][rows, shift:], cand, where=better)
         room = rooms[:, : layer + 1, layer + 1]  # (G, a)
         ok = room >= 0
         state = np.minimum(np.maximum(room, 0) // grain, states - 1)
@@ -262,7 +264,8 @@ def dense_table(units: Units, carried: list[np.ndarray], rooms: np.ndarray) -> F
         out.key[:, : layer + 1, layer + 1] = np.where(ok, key[starts, state], 0)
         out.size[:, : layer + 1, layer + 1] = np.where(ok, size[starts, state], 0)
         for i in range(len(carried)):
-            out.sums[i][:, : layer + 1, layer + 1] = np.where(ok, sums[i][starts, state], 0)
+            got = size if sums[i] is None else sums[i]
+            out.sums[i][:, : layer + 1, layer + 1] = np.where(ok, got[starts, state], 0)
     return out
 
 

@@ -62,8 +62,8 @@ class Tensor:
     pre-allocated (``buffer``: a buffer-type name; ``weights`` marks model weights)."""
 
     __slots__ = (
-        "buffer", "flags_input", "flags_output", "name", "nb", "ne", "op", "src", "type", "view_offs",
-        "view_src", "weights",
+        "_nbytes", "backend", "buffer", "flags_input", "flags_output", "hash", "name", "nb", "ne", "op",
+        "src", "type", "view_offs", "view_src", "weights",
     )  # fmt: skip
 
     def __init__(
@@ -89,13 +89,22 @@ class Tensor:
         self.weights = False
         self.flags_input = False
         self.flags_output = False
+        self._nbytes = -1
+        self.backend = -1  # the scheduler's choice for it, while ``schedule`` runs
+        self.hash: _Hash | None = None  # the allocator's record of it, while ``allocate`` runs
 
     def __repr__(self) -> str:
         return f"Tensor({self.name!r}, {self.op}, {self.type}, {self.ne})"
 
     @property
     def nbytes(self) -> int:
-        """``ggml_nbytes``: the span the strides cover."""
+        """``ggml_nbytes``: the span the strides cover (kept: a tensor's type, shape and strides are
+        fixed when it is made)."""
+        if self._nbytes < 0:
+            self._nbytes = self._span()
+        return self._nbytes
+
+    def _span(self) -> int:
         block, size = TYPES[self.type]
         if any(n == 0 for n in self.ne):
             return 0
@@ -319,13 +328,26 @@ def rpc_backends(n_devices: int, host_bufts: Iterable[str] = ("CPU", "CPU_REPACK
 @dataclass
 class Schedule:
     """A split graph: the node list the allocator walks (``nodes``, with a backend each), the leafs
-    (``leafs``, with a backend each), and the number of splits."""
+    (``leafs``, with a backend each), and the number of splits. Splitting rewires the graph's own
+    tensors (a source read across backends becomes its copy; graph inputs become outputs with several
+    copies); ``restore`` undoes that, so the graph can be scheduled again."""
 
     nodes: list[Tensor] = field(default_factory=list)
     node_backend: list[int] = field(default_factory=list)
     leafs: list[Tensor] = field(default_factory=list)
     leaf_backend: list[int] = field(default_factory=list)
     n_splits: int = 0
+    rewired: list[tuple[Tensor, int, Tensor | None]] = field(default_factory=list)
+    flagged: list[tuple[Tensor, bool]] = field(default_factory=list)
+
+    def restore(self) -> None:
+        """The graph's tensors as they were before ``schedule``."""
+        for t, j, s in reversed(self.rewired):
+            t.src[j] = s
+        for t, was in reversed(self.flagged):
+            t.flags_output = was
+        self.rewired.clear()
+        self.flagged.clear()
 
 
 def _backend_from_buffer(be: Backends, t: Tensor) -> int:
@@ -370,13 +392,13 @@ def _from_cur(be: Backends, t: Tensor) -> int:
     return -1
 
 
-def _buffer_supported(be: Backends, bid: dict[int, int], t: Tensor, b: int) -> bool:
+def _buffer_supported(be: Backends, t: Tensor, b: int) -> bool:
     """``ggml_backend_sched_buffer_supported``: can backend ``b`` read ``t`` where it is (or will be)."""
     home = t.home
     if home is None:
-        tb = bid.get(id(t), -1)
+        tb = t.backend
         if tb == -1 and t.view_src is not None:
-            tb = bid.get(id(t.view_src), -1)
+            tb = t.view_src.backend
         if tb == -1:
             return False
         home = be.bufts[tb]
@@ -386,29 +408,27 @@ def _buffer_supported(be: Backends, bid: dict[int, int], t: Tensor, b: int) -> b
 def schedule(
     graph: Graph, be: Backends, n_copies: int = 1, weight_type: Callable[[str], str] | None = None
 ) -> Schedule:
-    """``ggml_backend_sched_split_graph``: assign backends (passes 1-4), split, add input copies, and
-    lay out the graph the allocator sees (each split's inputs, then its nodes; leafs: with several
-    copies the graph inputs' and split inputs' copies first, then the graph's own leafs).
-    ``weight_type`` names a weight's stored type (by its name): an offloaded op's weight is copied
-    whole into the device's compute buffer, so its copy has the weight's own size."""
-    bid: dict[int, int] = {}
-    get = bid.get
+    """``ggml_backend_sched_split_graph``: assign backends (passes 1-4, each graph tensor's ``backend``),
+    split, add input copies, and lay out the graph the allocator sees (each split's inputs, then its
+    nodes; leafs: with several copies the graph inputs' and split inputs' copies first, then the
+    graph's own leafs). ``weight_type`` names a weight's stored type (by its name): an offloaded op's
+    weight is copied whole into the device's compute buffer, so its copy has the weight's own size."""
     cpu = be.cpu
     for t in graph.leafs:
-        bid[id(t)] = _from_cur(be, t)
+        t.backend = _from_cur(be, t)
     for t in graph.nodes:
-        bid[id(t)] = _from_cur(be, t)
+        t.backend = _from_cur(be, t)
 
     compute = [t for t in graph.nodes if t.op not in VIEW_OPS]
 
     def expand(order: Iterable[Tensor], skip_cpu: bool) -> None:
         cur = -1
         for t in order:
-            b = get(id(t), -1)
+            b = t.backend
             if b != -1:
                 cur = -1 if (skip_cpu and b == cpu) else b
             elif cur != -1:
-                bid[id(t)] = cur
+                t.backend = cur
 
     expand(compute, True)
     expand(reversed(compute), True)
@@ -417,7 +437,7 @@ def schedule(
 
     # pass 3: unassigned nodes go to the backend that can read most of their inputs
     for t in compute:
-        if get(id(t), -1) != -1:
+        if t.backend != -1:
             continue
         best, best_n = -1, -1
         for b in range(len(be.names)):
@@ -425,44 +445,45 @@ def schedule(
             for s in t.src:
                 if s is None:
                     continue
-                assigned = get(id(s), -1) != -1 or (s.view_src is not None and get(id(s.view_src), -1) != -1)
-                if assigned and _buffer_supported(be, bid, s, b):
+                assigned = s.backend != -1 or (s.view_src is not None and s.view_src.backend != -1)
+                if assigned and _buffer_supported(be, s, b):
                     n += 1
             if n > best_n:
                 best, best_n = b, n
-        bid[id(t)] = best
+        t.backend = best
 
     # pass 4: views and unassigned sources follow their view source or their consumer
     for t in graph.nodes:
-        if t.view_src is not None and get(id(t), -1) == -1:
-            bid[id(t)] = get(id(t.view_src), -1)
+        if t.view_src is not None and t.backend == -1:
+            t.backend = t.view_src.backend
         for s in t.src:
-            if s is None or get(id(s), -1) != -1:
+            if s is None or s.backend != -1:
                 continue
-            bid[id(s)] = get(id(s.view_src), -1) if s.view_src is not None else bid[id(t)]
-        if get(id(t), -1) == -1:
-            bid[id(t)] = 0
+            s.backend = s.view_src.backend if s.view_src is not None else t.backend
+        if t.backend == -1:
+            t.backend = 0
 
     # pass 5: splits and input copies
+    out = Schedule()
     splits: list[tuple[int, int, int, list[Tensor]]] = []  # (backend, start, end, inputs)
     copies: dict[tuple[int, int], list[Tensor]] = {}
     nodes = graph.nodes
     first = 0
     while first < len(nodes) and nodes[first].op in VIEW_OPS:
         first += 1
-    cur = get(id(nodes[first]), 0) if first < len(nodes) else 0
+    cur = nodes[first].backend if first < len(nodes) else 0
     start, inputs = 0, []
     for i in range(first, len(nodes)):
         t = nodes[i]
         if t.op in VIEW_OPS:
             continue
-        b = bid[id(t)]
+        b = t.backend
         need_new = False
         if b == cur and inputs:
             for s in t.src:
                 if s is not None and s.buffer is not None and s.weights:
-                    sb = get(id(s), -1)
-                    if sb != cur and not _buffer_supported(be, bid, s, cur):
+                    sb = s.backend
+                    if sb != cur and not _buffer_supported(be, s, cur):
                         need_new = True
                         break
         if b != cur or need_new:
@@ -471,8 +492,8 @@ def schedule(
         for j, s in enumerate(t.src):
             if s is None:
                 continue
-            sb = bid[id(s)]
-            if sb != cur and not _buffer_supported(be, bid, s, cur):
+            sb = s.backend
+            if sb != cur and not _buffer_supported(be, s, cur):
                 key = (id(s), cur)
                 if key not in copies:
                     made = []
@@ -487,29 +508,31 @@ def schedule(
                         made.append(c)
                     copies[key] = made
                     inputs.append(s)
+                out.rewired.append((t, j, s))
                 t.src[j] = copies[key][0]
     splits.append((cur, start, len(nodes), inputs))
 
-    out = Schedule(n_splits=len(splits))
+    out.n_splits = len(splits)
     graph_inputs = [t for t in graph.leafs if t.flags_input] if n_copies > 1 else []
     for b, s0, s1, ins in splits:
         for s in ins:
             dep = Tensor(s.type, s.ne, nb=s.nb, src=[s], view_src=s.view_src or s)
             out.nodes.append(dep)
-            out.node_backend.append(bid[id(s)])
+            out.node_backend.append(s.backend)
             out.nodes.append(copies[(id(s), b)][0])
             out.node_backend.append(b)
         for t in nodes[s0:s1]:
             out.nodes.append(t)
-            out.node_backend.append(bid[id(t)])
+            out.node_backend.append(t.backend)
     if n_copies > 1:
         for t in graph_inputs:
+            out.flagged.append((t, t.flags_output))
             t.flags_output = True
             for c in range(n_copies):
                 leaf = t if c == 0 else Tensor(t.type, t.ne, nb=t.nb, name=f"{t.name}#{c}")
                 leaf.flags_input = leaf.flags_output = True
                 out.leafs.append(leaf)
-                out.leaf_backend.append(bid[id(t)])
+                out.leaf_backend.append(t.backend)
         for b, _, _, ins in splits:
             for s in ins:
                 for c in copies[(id(s), b)]:
@@ -517,7 +540,7 @@ def schedule(
                     out.leaf_backend.append(b)
     for t in graph.leafs:
         out.leafs.append(t)
-        out.leaf_backend.append(bid[id(t)])
+        out.leaf_backend.append(t.backend)
     return out
 
 
@@ -598,35 +621,33 @@ def allocate(sched: Schedule, n_buffers: int, alignment: int = 32) -> list[int]:
     """``ggml_gallocr_alloc_graph_impl`` + ``reserve_n_size``: the high-water mark of each buffer
     (one per backend) when the scheduled graph is allocated in order."""
     allocs = [DynAllocator(alignment) for _ in range(n_buffers)]
-    hv: dict[int, _Hash] = {}
-
-    def h(t: Tensor) -> _Hash:
-        r = hv.get(id(t))
-        if r is None:
-            r = hv[id(t)] = _Hash()
-        return r
-
-    def is_own(t: Tensor) -> bool:
-        r = hv.get(id(t))
-        return r is not None and r.allocated
+    for t in (*sched.leafs, *sched.nodes):  # a fresh record for every tensor the walk can reach
+        t.hash = _Hash()
+        if t.view_src is not None:
+            t.view_src.hash = _Hash()
+        for s in t.src:
+            if s is not None:
+                s.hash = _Hash()
+                if s.view_src is not None:
+                    s.view_src.hash = _Hash()
 
     def allocate_node(t: Tensor, buffer: int) -> None:
-        hn = h(t)
+        hn = t.hash
         if t.buffer is not None or hn.allocated or t.view_src is not None:
             return
         hn.allocated = True
         if t.op in INPLACE_OPS:
             for p in t.src:
-                if p is None or not is_own(p):
+                if p is None or not p.hash.allocated:
                     continue
                 if p.flags_output or (p.view_src is not None and p.view_src.flags_output):
                     continue
                 if not _same_layout(t, p):
                     continue
-                ph = h(p)
+                ph = p.hash
                 if ph.n_children == 1 and ph.n_views == 0:
                     if p.view_src is not None:
-                        vh = h(p.view_src)
+                        vh = p.view_src.hash
                         if vh.n_views == 1 and vh.n_children == 0:
                             hn.buffer, hn.addr = ph.buffer, ph.addr
                             ph.allocated = False
@@ -650,7 +671,7 @@ def allocate(sched: Schedule, n_buffers: int, alignment: int = 32) -> list[int]:
     def free_node(t: Tensor) -> None:
         if t.flags_output:
             return
-        hn = h(t)
+        hn = t.hash
         allocs[hn.buffer].free(hn.addr, t.nbytes)
         hn.allocated = False
 
@@ -658,13 +679,13 @@ def allocate(sched: Schedule, n_buffers: int, alignment: int = 32) -> list[int]:
         allocate_node(t, b)
     for t, b in zip(sched.nodes, sched.node_backend):
         if t.view_src is not None and t.op != "NONE":
-            h(t.view_src).n_views += 1
+            t.view_src.hash.n_views += 1
         if t.flags_input:
             allocate_node(t, b)
         for s in t.src:
             if s is None:
                 continue
-            h(s).n_children += 1
+            s.hash.n_children += 1
             if s.flags_input:
                 allocate_node(s, b)
     for t, b in zip(sched.nodes, sched.node_backend):
@@ -675,11 +696,11 @@ def allocate(sched: Schedule, n_buffers: int, alignment: int = 32) -> list[int]:
         for p in t.src:
             if p is None:
                 continue
-            ph = h(p)
+            ph = p.hash
             ph.n_children -= 1
             if ph.n_children == 0 and ph.n_views == 0:
                 if p.view_src is not None:
-                    vh = h(p.view_src)
+                    vh = p.view_src.hash
                     vh.n_views -= 1
                     if vh.n_views == 0 and vh.n_children == 0 and vh.allocated:
                         free_node(p.view_src)

@@ -241,6 +241,8 @@ def _f32(x: float) -> float:
 
 
 _LAYER_RE = re.compile(r"^blk\.(\d+)\.")
+#: ``_weight_slots``' layer of the input embedding and of the output layer's weights.
+_EMBEDDING, _OUTPUT = -1, -2
 
 
 def weight_shapes(g: Geometry) -> dict[str, tuple[int, ...]]:
@@ -349,20 +351,40 @@ def _qwen3next_weights(g: Geometry, il: int, w: dict[str, tuple[int, ...]]) -> N
     _mlp_weights(w, p, h, g.n_ff_shexp, "_shexp")
 
 
+@functools.lru_cache(maxsize=8)
+def _weight_slots(g: Geometry) -> tuple[tuple[str, int], ...]:
+    """Each weight's name and the layer whose device it follows (``_OUTPUT``: the output layer, the last
+    slot; ``_EMBEDDING``: the input embedding, which stays on the CPU)."""
+    out = []
+    for name in weight_shapes(g):
+        m = _LAYER_RE.match(name)
+        out.append((name, _EMBEDDING if name == "token_embd.weight" else int(m[1]) if m else _OUTPUT))
+    return tuple(out)
+
+
+@functools.lru_cache(maxsize=4096)
+def _matching(g: Geometry, pattern: str) -> tuple[str, ...]:
+    """The weights an ``-ot`` pattern selects (``std::regex_search``); a --fit run repeats its patterns
+    over tens of placements, so each is matched once."""
+    pat = re.compile(pattern)
+    return tuple(name for name, _ in _weight_slots(g) if pat.search(name))
+
+
 def weight_buffers(g: Geometry, p: Placement) -> dict[str, str]:
     """The buffer each weight is loaded into, ``RPCi`` or ``CPU``: an ``-ot`` override's target
     (``llama-model-loader.cpp``: the first pattern ``std::regex_search`` matches), else its layer's
     device; the input embedding always stays on the CPU."""
     devs = layer_devices(g, p)
-    pats = [(re.compile(x), target) for x, target in p.overrides]
     out: dict[str, str] = {}
-    for name in weight_shapes(g):
-        target = next((tgt for pat, tgt in pats if pat.search(name)), None)
-        if target is None:
-            m = _LAYER_RE.match(name)
-            dev = -1 if name == "token_embd.weight" else devs[int(m[1])] if m else devs[-1]
-            target = "CPU" if dev == -1 else f"RPC{dev}"
-        out[name] = target
+    for name, layer in _weight_slots(g):
+        dev = -1 if layer == _EMBEDDING else devs[-1] if layer == _OUTPUT else devs[layer]
+        out[name] = "CPU" if dev == -1 else f"RPC{dev}"
+    overridden: set[str] = set()
+    for pattern, target in p.overrides:
+        for name in _matching(g, pattern):
+            if name not in overridden:
+                overridden.add(name)
+                out[name] = target
     return out
 
 
@@ -447,17 +469,18 @@ class _Ctx:
         return t
 
 
-def _make_weights(g: Geometry, p: Placement, graph: Graph) -> dict[str, Tensor]:
-    """The weights as pre-allocated graph tensors in their buffers (their type does not matter here)."""
-    where = weight_buffers(g, p)
-    return {name: graph.weight("f32", ne, where[name], name) for name, ne in weight_shapes(g).items()}
+def _make_weights(g: Geometry, graph: Graph) -> dict[str, Tensor]:
+    """The weights as pre-allocated graph tensors (their type does not matter here), in the CPU buffer
+    until ``_place`` puts them where a placement does."""
+    return {name: graph.weight("f32", ne, "CPU", name) for name, ne in weight_shapes(g).items()}
 
 
-def _make_cache(g: Geometry, p: Placement, f: Flags, graph: Graph) -> dict[str, Tensor]:
-    devs = layer_devices(g, p)
+def _make_cache(g: Geometry, f: Flags, graph: Graph) -> dict[str, Tensor]:
+    """Each layer's KV cache (or recurrent state) tensors, keyed by kind and layer (``k12``), in the CPU
+    buffer until ``_place`` puts them on their layer's device."""
     out = {}
+    buf = "CPU"
     for il in range(g.n_layer):
-        buf = "CPU" if devs[il] == -1 else f"RPC{devs[il]}"
         if g.is_recurrent(il):
             out[f"r{il}"] = graph.cache("f32", (recurrent_r_bytes(g) // 4, 1), buf, f"cache_r_l{il}")
             out[f"s{il}"] = graph.cache("f32", (recurrent_s_bytes(g) // 4, 1), buf, f"cache_s_l{il}")
@@ -988,14 +1011,29 @@ def _late_out_ids(g: Geometry) -> bool:
     return g.arch in ("gpt-oss", "qwen3next")
 
 
-def build_graph(g: Geometry, p: Placement, f: Flags) -> Graph:
+@dataclass(frozen=True)
+class _Unplaced:
+    """A reservation graph and its pre-allocated tensors, whose buffers ``_place`` sets."""
+
+    graph: Graph
+    weights: dict[str, Tensor]
+    cache: dict[str, Tensor]
+
+
+@functools.lru_cache(maxsize=16)
+def build_graph(g: Geometry, f: Flags) -> _Unplaced:
     """The worst-case graph ``sched_reserve`` sizes: ``n_tokens = min(n_ctx, n_ubatch)`` tokens, all
-    of them outputs (``n_outputs_max = n_batch``), attention over every cache cell."""
+    of them outputs (``n_outputs_max = n_batch``), attention over every cache cell.
+
+    Its ops and shapes do not depend on where the weights are (only the scheduler's choices do), so
+    one graph of the geometry and flags serves every placement; it is kept for the next one (a --fit
+    run sizes tens of placements), each of which sets its tensors' buffers (``_place``)."""
     f = effective(f)
     graph = Graph()
     n_tokens = min(kv_cells(f.n_ctx), f.n_ubatch)
+    weights, cache = _make_weights(g, graph), _make_cache(g, f, graph)
     c = _Ctx(
-        g, f, graph, _make_weights(g, p, graph), _make_cache(g, p, f, graph),
+        g, f, graph, weights, cache,
         n_tokens, min(n_tokens, f.n_batch), kv_cells(f.n_ctx), swa_cells(g, f),
     )  # fmt: skip
     x = _inp_embd(c)
@@ -1023,7 +1061,18 @@ def build_graph(g: Geometry, p: Placement, f: Flags) -> Graph:
     logits = graph.mul_mat(c.w["output.weight"], cur)
     logits.flags_output = True
     graph.expand(logits)
-    return graph
+    return _Unplaced(graph, weights, cache)
+
+
+def _place(u: _Unplaced, g: Geometry, p: Placement) -> None:
+    """Put the graph's weights and caches in the buffers placement ``p`` gives them."""
+    where = weight_buffers(g, p)
+    for name, t in u.weights.items():
+        t.buffer = where[name]
+    devs = layer_devices(g, p)
+    for key, t in u.cache.items():
+        dev = devs[int(key[1:])]
+        t.buffer = "CPU" if dev == -1 else f"RPC{dev}"
 
 
 def pipeline_parallel(g: Geometry, p: Placement) -> bool:
@@ -1051,12 +1100,15 @@ def compute_bytes(
     """Compute buffer bytes per backend (the devices in order, then the CPU). ``offload_min_batch``
     models a CUDA build's op offload (``CUDA_OFFLOAD_MIN_BATCH``), whose weight copies take the size of
     ``weight_type`` (a weight's stored type by name); 0, the CPU-backed RPC devices', never offloads."""
-    f = effective(f)
-    graph = build_graph(g, p, f)
+    unplaced = build_graph(g, effective(f))
+    _place(unplaced, g, p)
     be = dataclasses.replace(ggmlalloc.rpc_backends(p.n_devices), offload_min_batch=offload_min_batch)
     copies = ggmlalloc.MAX_COPIES if pipeline_parallel(g, p) else 1
-    sched = ggmlalloc.schedule(graph, be, copies, weight_type if offload_min_batch else None)
-    return ggmlalloc.allocate(sched, len(be.names), ALIGNMENT)
+    sched = ggmlalloc.schedule(unplaced.graph, be, copies, weight_type if offload_min_batch else None)
+    try:
+        return ggmlalloc.allocate(sched, len(be.names), ALIGNMENT)
+    finally:
+        sched.restore()
 
 
 def quantized(cache_type: str) -> bool:
