@@ -24,11 +24,8 @@ import numpy as np
 
 from solver.engines.base import Orders, Resolved, Shape
 from solver.engines.export import Command, context_flag, device_order, placeholder
-from solver.engines.ik_llama.args import IkArgs, parse_ik_args
-from solver.engines.ik_llama.bench import bench_row
 from solver.engines.ik_llama.export import IkLaunch, offload_words, split_words
 from solver.engines.ik_llama.rules import MIN_BATCH_OFFLOAD, offload_min_batch
-from solver.engines.ik_llama.score import score
 from solver.engines.ik_llama.units import IkFields, ik_units, layer_sizes
 from solver.engines.llamacpp import GGUF_PLACEHOLDER, LlamaCpp
 from solver.engines.llamacpp.fields import LlamaKeys
@@ -40,6 +37,7 @@ from solver.units import format_size
 
 if TYPE_CHECKING:
     from solver.engines.export import Line
+    from solver.engines.ik_llama.args import IkArgs
     from solver.files.config import ModelConfig, RigConfig
     from solver.problem.scored import Scored
 
@@ -119,19 +117,28 @@ class IkLlama(LlamaCpp):
 
     def read_command(self, words: list[str]) -> IkArgs:
         """ik's llama-server, llama-cli or llama-bench words (solver.engines.ik_llama.args)."""
+        from solver.engines.ik_llama.args import parse_ik_args
+
         return parse_ik_args(words)
 
     def score(self, p: Problem, args: IkArgs) -> Scored:
         """Where the ik command puts every layer and expert tensor, timed (solver.engines.ik_llama.score)."""
+        from solver.engines.ik_llama.score import score
+
         return score(p, args, self)
 
     def bench_row(self, row: dict) -> dict:
+        from solver.engines.ik_llama.bench import bench_row
+
         return bench_row(row)
 
     def default_split(self, p: Problem, which: str | None = None) -> Baseline:
         """``fit``: ``llama-server --fit`` (builds since 2026-03-25; opt-in), scored; ``free-memory``: no
         placement flag, layers split by bytes over free memory less 1 GiB, with the smallest ``-ncmoe``
         (ik's: each GPU's last layers) that makes every GPU fit."""
+        from solver.engines.ik_llama.args import parse_ik_args
+        from solver.engines.ik_llama.score import score
+
         if (which or self.defaults[0]) == "fit":
             words = ["--fit", "-c", str(p.context)]
             try:

@@ -26,14 +26,8 @@ from solver.engines.export import (
     stage_sizes,
 )
 from solver.engines.export_hosts import llama_rpc_lines
-from solver.engines.llamacpp import memory as llama_memory
-from solver.engines.llamacpp.args import LlamaArgs, parse_llama_args
 from solver.engines.llamacpp.fields import LlamaFields, LlamaGpuKeys, LlamaKeys
-from solver.engines.llamacpp.fitdefault import fit_default
 from solver.engines.llamacpp.layout import COMPUTE_BUFFER, HOST_COMPUTE_BUFFER, free_memory_split
-from solver.engines.llamacpp.memory import N_BATCH, N_UBATCH
-from solver.engines.llamacpp.prompt import plan_prompt, prompt_model, scored_prompt
-from solver.engines.llamacpp.score import score
 from solver.engines.llamacpp.table import LlamaTable, cpu_moe_fill, stage_fill
 from solver.engines.llamacpp.tensors import Costs, llama_units
 from solver.errors import InputError
@@ -47,6 +41,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from solver.engines.export import Launch, Line
+    from solver.engines.llamacpp.args import LlamaArgs
     from solver.files.config import ModelConfig, RigConfig
     from solver.problem.scored import Scored
 
@@ -102,6 +97,8 @@ def _compute_buffers(rig: RigConfig, model: ModelConfig) -> dict:
     (docs/engines.md, "Memory the engine takes"). The token embeddings stay in host RAM. Under a
     ``host_memory`` limit, ``host_reserve`` is the host's compute buffer where experts run there (exact
     with a geometry, ``HOST_COMPUTE_BUFFER`` per 512 tokens of micro-batch without)."""
+    from solver.engines.llamacpp import memory as llama_memory
+
     first = model.first_stage_bytes - model.embedding_bytes
     k = len(rig.gpus)
     keys = rig.keys(LlamaKeys)
@@ -181,6 +178,9 @@ class LlamaCpp(BytesSpeed):
         and GGUF file, the micro-batch and flash attention; the compute buffer on every card by its role
         (``_compute_buffers``) and the first stage's weights without the embeddings (they stay in host
         memory). A quantised V cache without flash attention is refused, as llama.cpp refuses it."""
+        from solver.engines.llamacpp import memory as llama_memory
+        from solver.engines.llamacpp.prompt import prompt_model
+
         speed, layer_ms = self.speed_fields(rig, model, experts)
         keys = rig.keys(LlamaKeys)
         units = llama_units(model, keys.host_bandwidth, experts)
@@ -222,6 +222,8 @@ class LlamaCpp(BytesSpeed):
         """The placement (``Engine.evaluate``) with its prompt processing as its export runs it
         (solver.engines.llamacpp.prompt.plan_prompt), so that the plan, the default split and the
         proportional one each report theirs."""
+        from solver.engines.llamacpp.prompt import plan_prompt
+
         plan = super().evaluate(p, gpus, cuts, fill)
         return dataclasses.replace(plan, prompt=plan_prompt(p, plan))
 
@@ -293,6 +295,8 @@ class LlamaCpp(BytesSpeed):
         split by free memory (no ``--tensor-split``) with the smallest ``--n-cpu-moe`` that makes every
         GPU fit."""
         if (which or self.defaults[0]) == "fit":
+            from solver.engines.llamacpp.fitdefault import fit_default
+
             return fit_default(p, self)
         cuts = cuts_of(free_memory_split(p.free, p.n_layers, self.extra_blocks(p)))
         gpus = list(range(p.n_gpus))
@@ -333,6 +337,8 @@ class LlamaCpp(BytesSpeed):
         offload, names, extra_blocks, hosts = plan.offload, plan.names, plan.extra_blocks, plan.hosts
         split = llama_flags(stage_sizes(cuts, n_layers), n_layers + extra_blocks, offload, names)
         model, notes = placeholder(launch.gguf, "MODEL.gguf", GGUF_PLACEHOLDER)
+        from solver.engines.llamacpp.memory import N_BATCH, N_UBATCH
+
         context, more = context_flag("-c", launch.context)
         tail = []
         if launch.n_ubatch != N_UBATCH:  # -b (2048 by default) must be at least -ub
@@ -353,11 +359,16 @@ class LlamaCpp(BytesSpeed):
 
     def read_command(self, words: list[str]) -> LlamaArgs:
         """llama-server, llama-cli or llama-bench words (solver.engines.llamacpp.args)."""
+        from solver.engines.llamacpp.args import parse_llama_args
+
         return parse_llama_args(words)
 
     def score(self, p: Problem, args: LlamaArgs) -> Scored:
         """Where the command puts every layer and expert tensor, timed (solver.engines.llamacpp.score),
         with its prompt processing at its own ``-ub``/``-b``/``-p`` (solver.engines.llamacpp.prompt)."""
+        from solver.engines.llamacpp.prompt import scored_prompt
+        from solver.engines.llamacpp.score import score
+
         scored = score(p, args, self)
         speed = scored_prompt(scored.problem, scored, args)
         return dataclasses.replace(scored, placement=dataclasses.replace(scored.placement, prompt=speed))
