@@ -3,14 +3,42 @@ expert-cache hit rates); the fitting lives in solver.calibrate.llamafit and solv
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
 
 from solver.cli.badinput import input_errors
-from solver.cli.options import MODEL, PATH, json_option
+from solver.cli.options import MODEL, PATH, grouped, json_option
 from solver.errors import InputError
 from solver.files.console import console as make_console
+
+
+@dataclass(frozen=True)
+class LlamaRuns:
+    """llama.cpp's measurements on the rig: llama-bench outputs, server or cli logs with the flags each
+    ran with, or ``--suggest`` for the llama-bench command that measures them."""
+
+    benches: tuple[Path, ...]
+    logs: tuple[Path, ...]
+    flags: tuple[str, ...]
+    suggest: bool
+
+    @property
+    def given(self) -> bool:
+        return bool(self.benches or self.logs or self.flags or self.suggest)
+
+
+@dataclass(frozen=True)
+class StrataPoints:
+    """Strata's expert-cache hit rates: points given on the command line and engine logs that hold them."""
+
+    points: tuple[str, ...]
+    engine_logs: tuple[Path, ...]
+
+    @property
+    def given(self) -> bool:
+        return bool(self.points or self.engine_logs)
 
 
 @click.command("calibrate")
@@ -48,16 +76,13 @@ from solver.files.console import console as make_console
     "file to store the curve in.",
 )
 @input_errors
+@grouped(llama=LlamaRuns, strata=StrataPoints)
 def calibrate_cmd(
     rig: Path | None,
-    benches: tuple[Path, ...],
-    logs: tuple[Path, ...],
-    flags: tuple[str, ...],
-    suggest: bool,
+    llama: LlamaRuns,
+    strata: StrataPoints,
     model: Path | None,
     as_json: bool,
-    points: tuple[str, ...],
-    engine_logs: tuple[Path, ...],
     write: Path | None,
 ) -> None:
     """Fit the planner's constants to your own measurements.
@@ -72,33 +97,38 @@ def calibrate_cmd(
     Strata: solve calibrate --point HELD/TOTAL=HIT% ... [--log FILE] [--write MODEL]
       fits the cover curve's exponent b to measured expert-cache hit rates.
     """
-    llama = bool(benches or logs or flags or suggest)
-    if rig is None and (llama or model or as_json):
-        raise InputError(
-            "solve calibrate", "--llama-bench, --llama-log, --suggest, --model and --json need RIG"
-        )
-    if rig is not None and (points or engine_logs):
-        raise InputError(
-            "solve calibrate",
-            "--point and --log fit the Strata curve and take no RIG; give one or the other",
-        )
-    if rig is not None and not llama:
-        raise InputError(
-            "solve calibrate", "give --llama-bench FILE, --llama-log FILE --args FLAGS, or --suggest"
-        )
+    refused = _refused(rig, llama, strata, model, as_json, write)
+    if refused:
+        raise InputError("solve calibrate", refused)
     if rig is None:
         from solver.calibrate.cover import run
 
-        run(points, engine_logs, write, make_console())
-    elif suggest:
-        if benches or logs or flags or write:
-            raise InputError(
-                "solve calibrate", "--suggest prints a command to run; it reads and writes no runs"
-            )
+        run(strata.points, strata.engine_logs, write, make_console())
+    elif llama.suggest:
         from solver.calibrate.suggest import run as suggest_run
 
         suggest_run(rig, model, as_json, make_console())
     else:
         from solver.calibrate.llamafit_report import run as llama_run
 
-        llama_run(rig, model, benches, logs, flags, write, as_json, make_console())
+        llama_run(rig, model, llama.benches, llama.logs, llama.flags, write, as_json, make_console())
+
+
+def _refused(
+    rig: Path | None,
+    llama: LlamaRuns,
+    strata: StrataPoints,
+    model: Path | None,
+    as_json: bool,
+    write: Path | None,
+) -> str | None:
+    """Why the options given fit neither calibration (the first reason), or None."""
+    if rig is None and (llama.given or model or as_json):
+        return "--llama-bench, --llama-log, --suggest, --model and --json need RIG"
+    if rig is not None and strata.given:
+        return "--point and --log fit the Strata curve and take no RIG; give one or the other"
+    if rig is not None and not llama.given:
+        return "give --llama-bench FILE, --llama-log FILE --args FLAGS, or --suggest"
+    if rig is not None and llama.suggest and (llama.benches or llama.logs or llama.flags or write):
+        return "--suggest prints a command to run; it reads and writes no runs"
+    return None

@@ -3,12 +3,36 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
 
 from solver.cli.badinput import fail
-from solver.cli.options import PATH
+from solver.cli.options import PATH, grouped
+
+
+@dataclass(frozen=True)
+class ProbeOptions:
+    """The rig file to write: where, the model it names, its context and the VRAM kept free (as given),
+    whether it may write over a file, the machine's name, and whether only its ``gpus:`` items."""
+
+    output: Path | None
+    model: Path | None
+    context: int
+    reserve: str
+    force: bool
+    host: str | None
+    gpus_only: bool
+
+    def reserve_bytes(self) -> int:
+        """``--reserve`` in bytes; bad text ends the command (exit 2)."""
+        from solver.units import parse_size
+
+        try:
+            return parse_size(self.reserve)
+        except ValueError as exc:
+            fail(f"--reserve: {exc}")
 
 
 @click.command("probe")
@@ -27,29 +51,23 @@ from solver.cli.options import PATH
 @click.option(
     "--gpus-only", is_flag=True, help="Print only the gpus: items, to append to another host's rig."
 )
-def probe_cmd(
-    output: Path | None,
-    model: Path | None,
-    context: int,
-    reserve: str,
-    force: bool,
-    host: str | None,
-    gpus_only: bool,
-) -> None:
+@grouped(options=ProbeOptions)
+def probe_cmd(options: ProbeOptions) -> None:
     """Read the local NVIDIA GPUs (NVML) and write a rig file to edit."""
-    from solver.probe.run import ProbeError, run
-    from solver.units import parse_size
+    probe_rig(options)
 
-    try:
-        reserve_bytes = parse_size(reserve)
-    except ValueError as exc:
-        fail(f"--reserve: {exc}")
-    if host is not None and not host.strip():
+
+def probe_rig(o: ProbeOptions) -> None:
+    """Probe, then write the rig (or print it); a ProbeError ends the command with its code."""
+    from solver.probe.run import ProbeError, run
+
+    reserve = o.reserve_bytes()
+    if o.host is not None and not o.host.strip():
         fail("--host: is empty; name this machine, or leave --host out")
     try:
-        text = run(output, model, context, reserve_bytes, force, host=host, gpus_only=gpus_only)
+        text = run(o.output, o.model, o.context, reserve, o.force, host=o.host, gpus_only=o.gpus_only)
     except ProbeError as exc:
         click.echo(str(exc), err=True)
         sys.exit(exc.code)
-    if output is None:
+    if o.output is None:
         click.echo(text, nl=False)

@@ -14,7 +14,7 @@ import click
 import numpy as np
 
 from solver.cli.badinput import input_errors
-from solver.cli.options import PATH, Finite
+from solver.cli.options import PATH, Finite, grouped
 from solver.errors import InputError
 from solver.files.atomicfile import refuse_inputs, write_atomic
 from solver.files.config import load_model, shown_path
@@ -190,21 +190,17 @@ _D = SynthParams()
 @click.option("--seed", type=click.IntRange(min=0), default=_D.seed, show_default=True, help="Random seed.")
 @click.option("-o", "--output", "out", type=OutPath, help="Write it here (.strp: STRP v1, else text).")
 @input_errors
-def synth_cmd(
-    layers: int,
-    experts: list[int],
-    skew: float,
-    spread: float,
-    cutoff: float,
-    tokens: int,
-    top_k: int,
-    seed: int,
-    out: Path | None,
-) -> None:
+@grouped(params=SynthParams)
+def synth_cmd(layers: int, experts: list[int], params: SynthParams, out: Path | None) -> None:
     """Generate a SYNTHETIC profile with counts (Zipf with a cutoff per layer) and print its counts curve.
 
     Without -o only the curve is printed, to tune the parameters.
     """
+    synth(layers, _per_layer(experts, layers), params, out)
+
+
+def _per_layer(experts: list[int], layers: int) -> list[int]:
+    """``--experts`` as one count per layer: one integer for every layer, or a list of ``layers``."""
     if len(experts) == 1:
         experts = experts * layers
     elif len(experts) != layers:
@@ -215,14 +211,20 @@ def synth_cmd(
         raise click.BadParameter(
             "every layer is dense (0 experts): nothing to rank", param_hint="'--experts'"
         )
-    params = SynthParams(skew=skew, spread=spread, cutoff=cutoff, tokens=tokens, top_k=top_k, seed=seed)
+    return experts
+
+
+def synth(layers: int, experts: list[int], params: SynthParams, out: Path | None) -> None:
+    """Make the profile, print its curve (beside the box's measured points when its shape is the box's
+    model's) and write it to ``out`` when given, with a header that says how it was made."""
     command = _synth_command(layers, experts, params)
     profile = synth_profile(experts, params, file=command)
     console = _console()
     print_lines(
         console,
         f"SYNTHETIC profile: {layers} layers, {len(profile):,} pairs, "
-        f"{int(profile.count.sum()):,} routing events ({tokens:,} tokens x top-{top_k} per layer)",
+        f"{int(profile.count.sum()):,} routing events ({params.tokens:,} tokens x top-{params.top_k} per "
+        "layer)",
     )
     # the box's measured hit rates only mean something for a profile of the model they were measured on
     comparable = is_seed_shape(layers, experts)

@@ -3,17 +3,49 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
 
 from solver.cli.badinput import fail, input_errors
-from solver.cli.options import TOKENS
+from solver.cli.options import TOKENS, grouped
 from solver.cli.written import OUTPUT, command_line, emit, relative
 from solver.engines import DEFAULT_ENGINE, ENGINES, engine_named
 from solver.files.config import host_problem, load_model
 
 DEFAULT_CONTEXT, DEFAULT_RESERVE = 32768, "700 MiB"
+
+
+@dataclass(frozen=True)
+class RigKeys:
+    """What the rig file says beside its cards, as given: the engine it plans for, the host's memory
+    rate and size, the cost of a hop between machines, the model it names, its name, context and the
+    VRAM kept free on every card."""
+
+    engine: str
+    host_bandwidth: str | None
+    host_memory: str | None
+    network_handoff_ms: float | None
+    model: Path | None
+    name: str | None
+    context: int
+    reserve: str
+
+    def flags(self, output: Path | None) -> dict[str, object]:
+        """The options that remake the rig (None for those left at their defaults), for command_line."""
+        handoff = self.network_handoff_ms
+        return {
+            "--engine": self.engine if self.engine != DEFAULT_ENGINE else None,
+            "--host-bandwidth": self.host_bandwidth,
+            "--host-memory": self.host_memory,
+            "--network-handoff-ms": None if handoff is None else f"{handoff:g}",
+            "--model": self.model,
+            "--name": self.name,
+            "--context": self.context if self.context != DEFAULT_CONTEXT else None,
+            "--reserve": self.reserve if self.reserve != DEFAULT_RESERVE else None,
+            "-o": output,
+        }
 
 
 @click.group("rig")
@@ -50,37 +82,32 @@ def rig_group() -> None:
 @OUTPUT
 @click.option("--force", is_flag=True, help="Write over an existing -o file.")
 @input_errors
-def rig_new_cmd(
-    cards: tuple[str, ...],
-    engine: str,
-    host_bandwidth: str | None,
-    host_memory: str | None,
-    network_handoff_ms: float | None,
-    model: Path | None,
-    name: str | None,
-    context: int,
-    reserve: str,
-    show: bool,
-    output: Path | None,
-    force: bool,
-) -> None:
+@grouped(keys=RigKeys)
+def rig_new_cmd(cards: tuple[str, ...], keys: RigKeys, show: bool, output: Path | None, force: bool) -> None:
     """A rig of CARDS in pipeline order ("RTX 4090" "RTX 3090" ..., or HOST:CARD for a card on machine
     HOST), from the card table (no NVML)."""
+    if show:
+        _list_cards()
+        return
+    new_rig(cards, keys, output, force)
+
+
+def new_rig(cards: tuple[str, ...], keys: RigKeys, output: Path | None, force: bool) -> None:
+    """Check the cards and keys, then write the rig file to ``output`` (or print it); bad input exits 2."""
     from solver.files.cards import CardError
     from solver.importers.hostmem import parse_host_bandwidth
     from solver.importers.rigfile import check_engine, place, rig_yaml
     from solver.planning.plausible import host_memory_doubt
     from solver.units import parse_size
 
-    if show:
-        _list_cards()
-        return
     if not cards:
         fail('solve rig new: name at least one card, e.g. solve rig new "RTX 4090" "RTX 3090"')
     try:
-        reserve_bytes = parse_size(reserve)
+        reserve_bytes = parse_size(keys.reserve)
     except ValueError as exc:
         fail(f"--reserve: {exc}")
+    engine, host_bandwidth, host_memory = keys.engine, keys.host_bandwidth, keys.host_memory
+    network_handoff_ms = keys.network_handoff_ms
     rules = engine_named(engine)
     needs_rate = any(r.key == "host_bandwidth" for r in rules.required)
     if needs_rate and host_bandwidth is None:
@@ -113,6 +140,7 @@ def rig_new_cmd(
     doubt = host_memory_doubt(host_memory, host_bytes) if host_bytes is not None else None
     if doubt is not None:
         click.echo(f"--host-memory: {doubt}", err=True)
+    model = keys.model
     try:
         placed = place(list(cards), engine)
         hosts = list(dict.fromkeys(c.host for c in placed))
@@ -126,24 +154,13 @@ def rig_new_cmd(
         check_engine(placed, engine)
         if model is not None:
             load_model(model)
-        options = {
-            "--engine": engine if engine != DEFAULT_ENGINE else None,
-            "--host-bandwidth": host_bandwidth,
-            "--host-memory": host_memory,
-            "--network-handoff-ms": None if network_handoff_ms is None else f"{network_handoff_ms:g}",
-            "--model": model,
-            "--name": name,
-            "--context": context if context != DEFAULT_CONTEXT else None,
-            "--reserve": reserve if reserve != DEFAULT_RESERVE else None,
-            "-o": output,
-        }
-        command = command_line(["rig", "new", *cards], options)
+        command = command_line(["rig", "new", *cards], keys.flags(output))
         text = rig_yaml(
             placed,
             engine=engine,
-            name=name or (output.stem if output else None),
+            name=keys.name or (output.stem if output else None),
             model_ref=relative(model, output) if model else None,
-            context=context,
+            context=keys.context,
             reserve=reserve_bytes,
             host_bandwidth=rate,
             host_memory=host_bytes,

@@ -15,7 +15,9 @@ import json
 import re
 import shlex
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -29,12 +31,17 @@ from solver.cli.options import (
     TOKENS,
     default_workers,
     engine_option,
+    grouped,
     json_option,
     workers_option,
 )
 from solver.engines import engine_of, plan_lines
 from solver.errors import ArgsError
 from solver.planning.planner import Result
+
+if TYPE_CHECKING:
+    from solver.planning.resolve import Overrides
+    from solver.solvers import Limits
 
 #: An argument that is a whole line of an export: a comment, flags, a variable, or an engine's command.
 EXPORT_LINE = re.compile(r"\s*(#|-|export\s|[A-Za-z_]\w*=|(llama-server|rpc-server|vllm|python3?)\s)")
@@ -70,6 +77,36 @@ def plan_export(r: Result) -> list[str] | None:
         return None
 
 
+@dataclass(frozen=True)
+class ScoreOptions:
+    """What the command is read and the plan made with: the files and settings that replace the rig's,
+    and what the plan's search may spend."""
+
+    model: Path | None
+    profile: Path | None
+    engine: str | None
+    context: int | None
+    prompt: int | None
+    time_limit: float | None
+    workers: int | None
+
+    def overrides(self) -> Overrides:
+        from solver.planning.resolve import Overrides
+
+        return Overrides(
+            model=self.model,
+            profile=self.profile,
+            engine=self.engine,
+            context=self.context,
+            prompt=self.prompt,
+        )
+
+    def limits(self, started: float) -> Limits:
+        from solver.solvers import Limits
+
+        return Limits(time_limit=self.time_limit, workers=self.workers or default_workers(), started=started)
+
+
 @click.command(
     "score",
     context_settings={"help_option_names": ["-h", "--help"]},
@@ -96,18 +133,8 @@ def plan_export(r: Result) -> list[str] | None:
 )
 @workers_option()
 @input_errors
-def score(
-    rig: Path,
-    command: tuple[str, ...],
-    model: Path | None,
-    profile: Path | None,
-    engine: str | None,
-    context: int | None,
-    as_json: bool,
-    time_limit: float | None,
-    prompt: int | None,
-    workers: int | None,
-) -> None:
+@grouped(options=ScoreOptions)
+def score(rig: Path, command: tuple[str, ...], options: ScoreOptions, as_json: bool) -> None:
     """Score the command you run today on RIG, and show the plan beside it.
 
     COMMAND is what follows '--': the flags of llama-server, llama-cli or llama-bench (-ngl -sm -ts -mg
@@ -116,28 +143,31 @@ def score(
     the predicted tokens/s, and the plan's.
     """
     started = interrupt.take_start() or time.perf_counter()  # --time-limit counts the imports too
+    score_command(rig, list(command), options, as_json, started)
+
+
+def score_command(
+    rig: Path, command: list[str], options: ScoreOptions, as_json: bool, started: float
+) -> None:
+    """Read the command as the rig's engine would, score it, plan the rig as scored, print both."""
     from solver.files.console import console as make_console
     from solver.planning.planner import plan_rig
-    from solver.planning.resolve import Overrides, load_problem
+    from solver.planning.resolve import load_problem
     from solver.report.scoreview import print_score, to_score_json
-    from solver.solvers import Limits
 
     try:
-        words = command_words(list(command))
+        words = command_words(command)
     except ArgsError as exc:
         fail(f"score: {exc}")
     if not words:
         fail("score: give the command after --, e.g. solve score RIG -- -ngl 99 -ts 3,1")
-    problem = load_problem(
-        rig, Overrides(model=model, profile=profile, engine=engine, context=context, prompt=prompt)
-    )
+    problem = load_problem(rig, options.overrides())
     runner = engine_of(problem)
     try:
         scored = runner.score(problem, runner.read_command(words))
     except ArgsError as exc:
         fail(f"score: {exc}")
-    limits = Limits(time_limit=time_limit, workers=workers or default_workers(), started=started)
-    result = plan_rig(scored.problem, limits)
+    result = plan_rig(scored.problem, options.limits(started))
     export = plan_export(result)
     if as_json:
         click.echo(json.dumps(to_score_json(scored, words, result, export), indent=2))

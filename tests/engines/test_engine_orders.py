@@ -13,6 +13,7 @@ from solver.engines import export_lines
 from solver.engines.export_hosts import Hosts
 from solver.planning.planner import plan_rig
 from tests.helpers.enginefactory import random_engine_problem
+from tests.helpers.tiers import examples
 
 
 def _over_hosts(seed: int, engine: str, idle: bool = False, order: str = "auto"):
@@ -65,8 +66,9 @@ def test_most_random_rigs_over_hosts_have_a_plan(engine):
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
 def test_idle_gpus_over_hosts_keep_the_engines_host_rules(engine):
     """Random rigs over hosts with idle GPUs: the plan that leaves GPUs out still keeps the engine's
-    host rules (SGLang: as many stages on every node it uses; vLLM: Ray's node and GPU order)."""
-    for seed in range(40):
+    host rules (SGLang: as many stages on every node it uses; vLLM: Ray's node and GPU order). Forty
+    seeds, the first ``tiers.QUICK_EXAMPLES`` in the quick tier."""
+    for seed in range(examples(40)):
         p = _over_hosts(seed, engine, idle=True)
         r = plan_rig(p, check=True)
         assert r.oracle.agrees

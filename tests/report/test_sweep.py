@@ -11,6 +11,7 @@ from click.testing import CliRunner
 
 from solver.cli import cli
 from solver.report.contexts import parse_contexts, parse_kv_types, short_context
+from tests.helpers import tiers
 from tests.helpers.rigfiles import tiny_rig
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,7 +44,8 @@ def test_each_row_is_the_plan_of_that_context_and_kv_type():
         (8192, "q8_0"),
         (65536, "q8_0"),
     ]
-    for d in points:
+    # the quick tier plans (8K, f16) and (64K, q8_0) alone: each context and each type once
+    for d in points[::3] if tiers.quick else points:
         one = run(LLAMA, "--context", d["context"], "--kv-type", d["kv_type"], "--json", "--workers", "1")
         alone = json.loads(one.stdout)
         for key in ("window_ms", "tokens_per_s", "cuts", "host_bytes", "stages"):
@@ -59,21 +61,30 @@ def test_each_row_is_the_plan_of_that_context_and_kv_type():
         assert row[-len(d["cuts"]) :] == [f"{c}," for c in d["cuts"][:-1]] + [str(d["cuts"][-1])]
 
 
-def test_a_longer_context_never_plans_faster_and_a_smaller_cache_never_slower():
+@pytest.mark.parametrize(
+    ("contexts", "kv_types"),
+    [
+        pytest.param([4096, 49152, 163840], ["f16", "q4_0"], id="3x2"),
+        pytest.param(
+            [4096, 16384, 49152, 98304, 163840], ["f16", "q8_0", "q4_0"], marks=pytest.mark.slow, id="5x3"
+        ),
+    ],
+)
+def test_a_longer_context_never_plans_faster_and_a_smaller_cache_never_slower(contexts, kv_types):
     """More KV bytes leave every range less room, so the best window can only grow with the context and
     shrink with a quantised cache (nothing is read per token of KV at depth 0), and a context too long to
-    plan stays so."""
-    res = run(
-        LLAMA, "--contexts", "4K,16K,48K,96K,160K", "--kv-types", "f16,q8_0,q4_0", "--json", "--workers", "1"
-    )
+    plan stays so. ``kv_types`` go from the largest cache to the smallest."""
+    sweep = ["--contexts", ",".join(map(str, contexts)), "--kv-types", ",".join(kv_types)]
+    res = run(LLAMA, *sweep, "--json", "--workers", "1")
     inf = float("inf")  # no plan: every longer context has none either
     points = {(d["context"], d["kv_type"]): d["window_ms"] or inf for d in json.loads(res.stdout)}
-    contexts = [4096, 16384, 49152, 98304, 163840]
-    for kv in ("f16", "q8_0", "q4_0"):
+    assert set(points) == {(c, kv) for c in contexts for kv in kv_types}
+    for kv in kv_types:
         windows = [points[(c, kv)] for c in contexts]
         assert windows == sorted(windows), kv
     for c in contexts:
-        assert points[(c, "q4_0")] <= points[(c, "q8_0")] <= points[(c, "f16")]
+        windows = [points[(c, kv)] for kv in kv_types]
+        assert windows == sorted(windows, reverse=True), c
 
 
 def test_the_table_fits_80_columns_and_says_what_moved():
