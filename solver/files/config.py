@@ -170,6 +170,7 @@ class RigConfig(_Strict):
     gpu_memory_utilization: Share | None = None  # vllm, sglang
     n_ubatch: Annotated[int, Field(ge=1, le=COUNT_MAX)] | Literal["auto"] = 512  # llama.cpp
     flash_attn: Annotated[Literal["on", "off"], BeforeValidator(_on_off)] = "on"  # llama.cpp
+    backend: Literal["cuda", "rocm", "vulkan", "metal", "sycl", "rpc"] = "cuda"  # llama.cpp
     prompt: Count = 2048  # llama.cpp
     generate: Count | None = None  # llama.cpp: tokens the request objective generates
     matrix_efficiency: Share | None = None  # llama.cpp
