@@ -1065,14 +1065,10 @@ def compute_bytes(
     return ggmlalloc.allocate(sched, len(be.names), ALIGNMENT)
 
 
-#: What a rig's ``backend`` key names: llama.cpp's GPU backends, whose devices run an op whose weight is
-#: in host memory from a batch of 32 (``offload_op``: CUDA and ROCm/HIP, which is CUDA's code, Vulkan,
-#: Metal for matrix products, SYCL), and ``rpc``, devices reached over ``--rpc``, which never offload.
-BACKENDS = ("cuda", "rocm", "vulkan", "metal", "sycl", "rpc")
-
-
 def offload_batch(backend: str) -> int:
-    """The batch from which the first device offloads an op with a host weight (0: never)."""
+    """The batch from which the first device of a rig's ``backend`` offloads an op whose weight is in
+    host memory: 32 on llama.cpp's GPU backends (``offload_op``: CUDA and ROCm/HIP, which is CUDA's code,
+    Vulkan, Metal for matrix products, SYCL); 0, never, on ``rpc`` (devices over ``--rpc``)."""
     return 0 if backend == "rpc" else CUDA_OFFLOAD_MIN_BATCH
 
 
