@@ -100,7 +100,8 @@ def test_fit_default_prints_llama_fit_params_command(
     assert seen is not None and int(seen[1]) == free // MiB, "the rpc device reports other free memory"
     theirs = run.stdout.strip().splitlines()[-1] if run.returncode == 0 else None
 
-    lines = [f"model: {yaml}", "engine: llama.cpp", "host_bandwidth: 60 GB/s", f"context: {context}", "gpus:"]
+    lines = [f"model: {yaml}", "engine: llama.cpp", "backend: rpc", "host_bandwidth: 60 GB/s"]
+    lines += [f"context: {context}", "gpus:"]
     for i in range(len(cards)):
         lines += [
             f"  - name: GPU{i}",

@@ -35,7 +35,7 @@ from solver.engines.llamacpp.score import score
 from solver.planning.resolve import load_problem
 from tests.conftest import SHIPPED_RIGS
 from tests.engine import harness
-from tests.helpers.rigfiles import as_llama_rig, rig_model_path
+from tests.helpers.rigfiles import as_llama_rig, on_rpc, rig_model_path
 
 #: The sparse model that has each shipped model file's layers, experts and tensor names.
 MODEL_OF = {
@@ -122,7 +122,7 @@ def with_twin(rig: Path, folder: Path, gguf_dir: Path) -> Path:
 
 @pytest.mark.parametrize("rig", RIGS, ids=[r.stem for r in RIGS])
 def test_export_loads_where_the_plan_says(rig: Path, llama_bin: Path, gguf_dir: Path, tmp_path: Path) -> None:
-    planned = as_llama_rig(rig, tmp_path)
+    planned = on_rpc(as_llama_rig(rig, tmp_path), tmp_path)
     if rig.stem in NO_PLAN:
         assert NO_PLAN[rig.stem] in json.loads(_solve(str(planned), "--json", status=3))["reason"]
         return
@@ -148,7 +148,7 @@ def test_the_twin_plan_fits_each_card_as_llama_cpp_counts_it(
 ) -> None:
     """The shipped rig planned with its sparse GGUF's own model file: its export loads where the plan
     says, and llama.cpp's estimate of each card fits the card's free memory."""
-    planned = with_twin(as_llama_rig(rig, tmp_path), tmp_path, gguf_dir)
+    planned = with_twin(on_rpc(as_llama_rig(rig, tmp_path), tmp_path), tmp_path, gguf_dir)
     if rig.stem in NO_TWIN_PLAN:
         assert NO_TWIN_PLAN[rig.stem] in json.loads(_solve(str(planned), "--json", status=3))["reason"]
         return
@@ -282,6 +282,7 @@ def random_rig(seed: int, folder: Path) -> Path:
         "model": str(model),
         "engine": "llama.cpp",
         "host_bandwidth": "60 GB/s",
+        "backend": "rpc",
         "order": rng.choice(["as-given", "auto"]),
         "context": rng.choice([4096, 16384, 32768]),
         "gpus": gpus,

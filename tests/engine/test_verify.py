@@ -26,7 +26,7 @@ def rig_bin(llama_bin: Path, gguf_dir: Path, tmp_path_factory: pytest.TempPathFa
     rig = folder / "rig.yaml"
     gpu = "  - name: RTX 4060 Ti 16GB\n    free: 16 GiB\n    reserve: 700 MiB\n    mem_bandwidth: 288 GB/s\n"
     rig.write_text(
-        f"# two cards\nname: duo\nmodel: {MODEL}\nengine: llama.cpp\nhost_bandwidth: 60 GB/s\n"
+        f"# two cards\nname: duo\nmodel: {MODEL}\nengine: llama.cpp\nbackend: rpc\nhost_bandwidth: 60 GB/s\n"
         f"context: 8192\ngpus:\n{gpu}{gpu}"
     )
     with harness.rpc_servers(2, llama_bin) as rpc:

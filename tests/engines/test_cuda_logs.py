@@ -6,12 +6,14 @@ buffer). Each log's ``bound_mib`` holds today's agreement; a worse model fails."
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 
 import pytest
 
 from solver.engines.llamacpp import memory
+from solver.engines.llamacpp.ggmlalloc import row_size
 from solver.files.config import load_model
 from tests.conftest import ROOT
 
@@ -31,9 +33,17 @@ def _geometry(log: dict) -> memory.Geometry:
     )  # fmt: skip
 
 
-def _weight_type(log: dict):
+def _weight_bytes(log: dict, g: memory.Geometry):
+    """Each weight's stored bytes by name, from the types the log names."""
     types = log.get("weight_types", {"default": "f16", "f32_names": []})
-    return lambda name: "f32" if any(s in name for s in types["f32_names"]) else types["default"]
+    shapes = memory.weight_shapes(g)
+
+    def size(name: str) -> int:
+        kind = "f32" if any(s in name for s in types["f32_names"]) else types["default"]
+        ne = shapes[name]
+        return row_size(kind, ne[0]) * math.prod(ne[1:])
+
+    return size
 
 
 def figures(log: dict, offload_min_batch: int) -> dict[tuple[str, str], float]:
@@ -43,7 +53,7 @@ def figures(log: dict, offload_min_batch: int) -> dict[tuple[str, str], float]:
     p = memory.Placement(pl["n_devices"], pl["n_gpu_layers"], overrides=tuple(map(tuple, pl["overrides"])))
     f = memory.effective(memory.Flags(**log["flags"]))
     kv = memory.context_bytes(g, p, f)
-    comp = memory.compute_bytes(g, p, f, offload_min_batch, _weight_type(log))
+    comp = memory.compute_bytes(g, p, f, offload_min_batch, _weight_bytes(log, g))
     out = {}
     for i in range(pl["n_devices"]):
         out[(f"CUDA{i}", "KV")] = kv.get(i, 0) / 2**20

@@ -12,7 +12,7 @@ import pytest
 from solver.engines.llamacpp import memory
 from solver.files.config import load_model
 from tests.helpers.clirun import invoke
-from tests.helpers.rigfiles import as_llama_rig
+from tests.helpers.rigfiles import as_llama_rig, on_rpc
 
 MODEL = Path("models/qwen3-30b-a3b-q4_k_m.yaml")
 
@@ -27,8 +27,9 @@ def _plan(rig: Path, text: str) -> dict:
 def test_a_plan_leaves_room_on_the_host_for_its_compute_buffer(tmp_path):
     """Two 3060s with 7000 MiB free each hold Qwen3-30B-A3B only with experts on the host. A
     host_memory that holds the free plan's experts but not the CPU compute buffer beside them changes
-    the plan (or leaves none); 1 byte more than both gives the free plan back; the oracle agrees."""
-    rig = as_llama_rig(Path("rigs/qwen3-30b-3060x2.yaml"), tmp_path)
+    the plan (or leaves none); 1 byte more than both gives the free plan back; the oracle agrees. On
+    CPU-backed devices: the host runs the experts left there."""
+    rig = on_rpc(as_llama_rig(Path("rigs/qwen3-30b-3060x2.yaml"), tmp_path), tmp_path)
     text = rig.read_text().replace("free: 11588 MiB", "free: 7000 MiB")
     free = _plan(rig, text)
     host = free["host_bytes"]

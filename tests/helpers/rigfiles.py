@@ -71,3 +71,15 @@ def as_llama_rig(rig: Path, folder: Path) -> Path:
     out = folder / rig.name
     out.write_text(f"{text}\nengine: llama.cpp\nhost_bandwidth: 60 GB/s\n")
     return out
+
+
+def on_rpc(rig: Path, folder: Path) -> Path:
+    """A copy of the llama.cpp rig ``rig`` in ``folder`` on CPU-backed ``--rpc`` devices (``backend:
+    rpc``: no op offload), what the engine tier runs llama.cpp on, its model by absolute path."""
+    text = rig.read_text()
+    model = (rig.parent / rig_model_path(text)).resolve()
+    text = re.sub(r"^model:.*$", f'model: "{model}"', text, count=1, flags=re.M)
+    text = re.sub(r"^backend:.*$", "", text, flags=re.M)
+    out = folder / f"rpc-{rig.name}"
+    out.write_text(f"{text}\nbackend: rpc\n")
+    return out

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 
     from solver.engines.export import Launch, Line
     from solver.engines.llamacpp.args import LlamaArgs
+    from solver.engines.llamacpp.memory import Flags
     from solver.files.config import ModelConfig, RigConfig
     from solver.problem.scored import Scored
 
@@ -94,12 +95,18 @@ def _compute_buffers(rig: RigConfig, model: ModelConfig) -> dict:
     first and last stages: with the model's geometry, the exact figure of each role (``middle`` on every
     GPU, what ``first`` and ``last`` take beyond it on those stages; one GPU: ``only``); without it, the
     allowance ``COMPUTE_BUFFER`` on every GPU and the logits of a micro-batch on the last
-    (docs/engines.md, "Memory the engine takes"). The token embeddings stay in host RAM. Under a
-    ``host_memory`` limit, ``host_reserve`` is the host's compute buffer where experts run there (exact
-    with a geometry, ``HOST_COMPUTE_BUFFER`` per 512 tokens of micro-batch without)."""
+    (docs/engines.md, "Memory the engine takes"). The token embeddings stay in host RAM. On a GPU
+    backend (the rig's ``backend``, not ``rpc``) that can leave an expert tensor in host memory, the
+    first stage (llama.cpp's device 0: exports order the devices as the pipeline) counts its role's
+    figure with the op offload of every expert tensor, a bound: which tensors stay there is not known
+    before the solve. Over several hosts the first GPU of the main machine offloads (the remote ones
+    are RPC devices), and it may hold any stage: every GPU there counts it. Under a ``host_memory``
+    limit, ``host_reserve`` is the host's compute buffer, the larger of its figures with and without
+    experts there (exact with a geometry, ``HOST_COMPUTE_BUFFER`` per 512 tokens of micro-batch
+    without)."""
     from solver.engines.llamacpp import memory as llama_memory
 
-    first = model.first_stage_bytes - model.embedding_bytes
+    weights = model.first_stage_bytes - model.embedding_bytes
     k = len(rig.gpus)
     keys = rig.keys(LlamaKeys)
     g = llama_memory.geometry(model)
@@ -111,27 +118,52 @@ def _compute_buffers(rig: RigConfig, model: ModelConfig) -> dict:
         return {
             "buffers": [COMPUTE_BUFFER] * k,
             "last_stage_extra": logits,
-            "first_stage_bytes": first,
+            "first_stage_bytes": weights,
             "host_reserve": host,
         }
     flags = llama_memory.run_flags(rig.context, keys.n_ubatch, keys.flash_attn == "on", model.kv_type)
+    stored = llama_memory.stored_bytes(model)
+    backend = llama_memory.offload_batch(keys.backend)
+    host = llama_memory.host_compute(g, flags, k, backend, stored) if rig.host_memory is not None else 0
     r = llama_memory.role_compute(g, flags)
+    first, middle, last, only = r.first, r.middle, r.last, r.only
+    local = [gpu.host == rig.gpus[0].host for gpu in rig.gpus]
+    if backend and _may_offload(rig, flags, stored, host):
+        role = partial(llama_memory.offload_compute, g, flags, backend, stored)
+        first, only = max(first, role("first")), max(only, role("only"))
+        if not all(local):  # the first GPU of the main machine offloads, which may be any stage
+            middle, last = max(middle, role("middle")), max(last, role("last"))
     if k == 1:
-        each, head, tail = r.only, 0, 0
+        each, head, tail = only, 0, 0
     else:
-        each, head, tail = r.middle, max(r.first - r.middle, 0), max(r.last - r.middle, 0)
+        each, head, tail = r.middle, max(first - r.middle, 0), max(last - r.middle, 0)
         if rig.idle_gpus:  # a plan may run on one GPU alone: its stage is first and last at once
-            tail += max(r.only - (r.middle + head + tail), 0)
-    counted = tuple(None if gpu.buffer is not None else each for gpu in rig.gpus)
+            tail += max(only - (r.middle + head + tail), 0)
+    buffers = [middle if on_main and k > 1 else each for on_main in local]
+    counted = tuple(None if gpu.buffer is not None else b for gpu, b in zip(rig.gpus, buffers, strict=True))
     dense = per_layer(model.dense_bytes, model.layers)
     ffn = tuple((name, tuple(per_layer(v, model.layers))) for name, v in (model.ffn_tensors or {}).items())
     return {
-        "buffers": [each] * k,
+        "buffers": buffers,
         "last_stage_extra": tail,
-        "first_stage_bytes": first + head,
-        "llama_memory": llama_memory.PlanMemory(g, flags, counted, head, tail, tuple(dense), ffn),
-        "host_reserve": llama_memory.host_compute(g, flags, k) if rig.host_memory is not None else 0,
+        "first_stage_bytes": weights + head,
+        "llama_memory": llama_memory.PlanMemory(
+            g, flags, counted, head, tail, tuple(dense), ffn, backend, stored
+        ),
+        "host_reserve": host,
     }
+
+
+def _may_offload(rig: RigConfig, flags: Flags, stored: tuple, host: int) -> bool:
+    """Whether a plan may leave an expert tensor in host memory with a micro-batch the first GPU
+    offloads (``CUDA_OFFLOAD_MIN_BATCH`` tokens or more): some expert tensor fits in what
+    ``host_memory`` leaves beside the host's compute buffer ``host`` (no limit: any does)."""
+    from solver.engines.llamacpp.memory import CUDA_OFFLOAD_MIN_BATCH
+
+    experts = [size for name, size in stored if "_exps" in name]
+    if not experts or min(flags.n_ctx, flags.n_ubatch) < CUDA_OFFLOAD_MIN_BATCH:
+        return False
+    return rig.host_memory is None or rig.host_memory - host >= min(experts)
 
 
 class LlamaCpp(BytesSpeed):
@@ -139,7 +171,9 @@ class LlamaCpp(BytesSpeed):
 
     name = "llama.cpp"
     note = "expert tensors on a GPU or, beyond VRAM, on the CPU"
-    rig_keys = ("host_bandwidth", "host_memory", "n_ubatch", "flash_attn", "generate", *BytesSpeed.rig_keys)
+    rig_keys = (
+        "host_bandwidth", "host_memory", "n_ubatch", "flash_attn", "backend", "generate", *BytesSpeed.rig_keys
+    )  # fmt: skip
     rig_schema = LlamaKeys
     gpu_schema = LlamaGpuKeys
     miss_rate_key = "host_bandwidth"

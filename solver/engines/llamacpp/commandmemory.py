@@ -65,7 +65,8 @@ def with_command_memory(
     flags = command_flags(p, args)
     if not isinstance(pm, memory.PlanMemory) or memory.refusal(pm.geometry, flags):
         return p, 0, []
-    est = memory.estimate(pm.geometry, command_placement(pm.geometry, args, dev, layers, output), flags)
+    placement = command_placement(pm.geometry, args, dev, layers, output)
+    est = memory.estimate(pm.geometry, placement, flags, pm.offload_min_batch, pm.stored)
     reserve = p.reserve.copy()
     for i, gpu in enumerate(dev.model):
         if pm.buffers[gpu] is not None:

@@ -26,13 +26,14 @@ UbatchKey = Annotated[
 class LlamaKeys(BytesKeys):
     """llama.cpp's rig keys beyond the speed model's: the rate the CPU streams host memory at, the
     micro-batch (``-ub``, or ``auto``: planned with the placement) and flash attention (``-fa``) the run
-    uses, the prompt tokens its prompt figures are for, the tokens the request objective generates, and
-    the shares of matrix throughput and PCIe rate prompt processing reaches (None:
-    the defaults of solver.engines.llamacpp.prompt)."""
+    uses, the backend its GPUs run (``rpc`` never offloads an op to a GPU), the prompt tokens its prompt
+    figures are for, the tokens the request objective generates, and the shares of matrix throughput
+    and PCIe rate prompt processing reaches (None: the defaults of solver.engines.llamacpp.prompt)."""
 
     host_bandwidth: Rate | None = None
     n_ubatch: UbatchKey = 512
     flash_attn: OnOff = "on"
+    backend: Literal["cuda", "rocm", "vulkan", "metal", "sycl", "rpc"] = "cuda"
     prompt: Count = 2048
     generate: Count | None = None
     matrix_efficiency: Share | None = None

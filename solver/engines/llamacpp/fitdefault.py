@@ -172,7 +172,9 @@ class ExactOracle:
         first = k if not layers or layers[0] == CPU else layers[0]
         weights[first] += q.first_stage_bytes - self.pm.first_extra
         placement = command_placement(self.pm.geometry, args, dev, layers, output)
-        est = memory.estimate(self.pm.geometry, placement, command_flags(q, args))
+        est = memory.estimate(
+            self.pm.geometry, placement, command_flags(q, args), self.pm.offload_min_batch, self.pm.stored
+        )
         pos = {gpu: i for i, gpu in enumerate(dev.model)}
         devices = []
         for g in self.rig.gpus:

@@ -23,6 +23,7 @@ TYPES: dict[str, tuple[int, int]] = {
     "f32": (1, 4),
     "f16": (1, 2),
     "bf16": (1, 2),
+    "i8": (1, 1),
     "i32": (1, 4),
     "i64": (1, 8),
     "q8_0": (32, 34),
@@ -303,13 +304,15 @@ class Graph:
 class Backends:
     """The scheduler's backends in priority order, each with its default buffer type, and which
     buffer types each backend can read. The last backend is the CPU. ``offload_min_batch``: the batch
-    from which the first device takes an op whose weight sits in host memory (``offload_op``: 32 for
-    CUDA, ``GGML_OP_OFFLOAD_MIN_BATCH``); 0: never (an RPC device has no ``offload_op``)."""
+    from which device ``offload_from`` takes an op whose weight sits in host memory (``offload_op``: 32
+    for CUDA, ``GGML_OP_OFFLOAD_MIN_BATCH``; the scheduler asks the devices in order, and the ones
+    before it, reached over RPC, have no ``offload_op``); 0: never."""
 
     names: list[str]
     bufts: list[str]
     readable: list[frozenset[str]]
     offload_min_batch: int = 0
+    offload_from: int = 0
 
     @property
     def cpu(self) -> int:
@@ -375,7 +378,7 @@ def _from_cur(be: Backends, t: Tensor) -> int:
     """Pass 1 (``ggml_backend_sched_backend_id_from_cur``): pre-allocated tensors stay where they are,
     inputs go to the CPU, ops with a weight source go where the weight is (except ROPE and flash
     attention, whose small weights must not decide), or, for a weight in host memory, to the first
-    device when it offloads a batch that large (cause ``1.off``)."""
+    device that offloads a batch that large (cause ``1.off``)."""
     b = _backend_from_buffer(be, t)
     if b != -1:
         return b
@@ -387,7 +390,7 @@ def _from_cur(be: Backends, t: Tensor) -> int:
         if s is not None and s.buffer is not None and s.weights:
             b = _backend_from_buffer(be, s)
             if b == be.cpu and be.offload_min_batch and op_batch_size(t) >= be.offload_min_batch:
-                return 0
+                return be.offload_from
             return b
     return -1
 
@@ -406,13 +409,14 @@ def _buffer_supported(be: Backends, t: Tensor, b: int) -> bool:
 
 
 def schedule(
-    graph: Graph, be: Backends, n_copies: int = 1, weight_type: Callable[[str], str] | None = None
+    graph: Graph, be: Backends, n_copies: int = 1, weight_bytes: Callable[[str], int | None] | None = None
 ) -> Schedule:
     """``ggml_backend_sched_split_graph``: assign backends (passes 1-4, each graph tensor's ``backend``),
     split, add input copies, and lay out the graph the allocator sees (each split's inputs, then its
     nodes; leafs: with several copies the graph inputs' and split inputs' copies first, then the
-    graph's own leafs). ``weight_type`` names a weight's stored type (by its name): an offloaded op's
-    weight is copied whole into the device's compute buffer, so its copy has the weight's own size."""
+    graph's own leafs). ``weight_bytes`` gives a weight's stored bytes by its name (None: not known, the
+    graph's own size): an offloaded op's weight is copied whole into the device's compute buffer, so its
+    copy has the weight's own size."""
     cpu = be.cpu
     for t in graph.leafs:
         t.backend = _from_cur(be, t)
@@ -497,10 +501,10 @@ def schedule(
                 key = (id(s), cur)
                 if key not in copies:
                     made = []
-                    stored = weight_type(s.name) if weight_type is not None and s.weights else None
+                    stored = weight_bytes(s.name) if weight_bytes is not None and s.weights else None
                     for _ in range(n_copies):
                         if stored is not None:
-                            c = Tensor(stored, s.ne, name=f"{be.names[cur]}#{s.name}")
+                            c = Tensor("i8", (stored,), name=f"{be.names[cur]}#{s.name}")
                         else:
                             c = Tensor(s.type, s.ne, nb=s.nb, name=f"{be.names[cur]}#{s.name}")
                         if n_copies > 1:

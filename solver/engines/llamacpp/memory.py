@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import re
 import struct
 from dataclasses import dataclass, field
@@ -39,6 +40,7 @@ from typing import TYPE_CHECKING
 from solver.engines.llamacpp import ggmlalloc
 from solver.engines.llamacpp.ggmlalloc import Graph, Tensor, row_size
 from solver.errors import InputError
+from solver.units import per_layer
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -1095,20 +1097,52 @@ def compute_bytes(
     p: Placement,
     f: Flags,
     offload_min_batch: int = 0,
-    weight_type: Callable[[str], str] | None = None,
+    weight_bytes: Callable[[str], int | None] | None = None,
+    offload_from: int = 0,
 ) -> list[int]:
     """Compute buffer bytes per backend (the devices in order, then the CPU). ``offload_min_batch``
-    models a CUDA build's op offload (``CUDA_OFFLOAD_MIN_BATCH``), whose weight copies take the size of
-    ``weight_type`` (a weight's stored type by name); 0, the CPU-backed RPC devices', never offloads."""
+    models a GPU build's op offload (``CUDA_OFFLOAD_MIN_BATCH``) on device ``offload_from`` (the first
+    local GPU: the devices before it are remote), whose weight copies take the bytes ``weight_bytes``
+    gives (a weight's stored bytes by name); 0, the CPU-backed RPC devices', never offloads."""
     unplaced = build_graph(g, effective(f))
     _place(unplaced, g, p)
-    be = dataclasses.replace(ggmlalloc.rpc_backends(p.n_devices), offload_min_batch=offload_min_batch)
+    be = dataclasses.replace(
+        ggmlalloc.rpc_backends(p.n_devices), offload_min_batch=offload_min_batch, offload_from=offload_from
+    )
     copies = ggmlalloc.MAX_COPIES if pipeline_parallel(g, p) else 1
-    sched = ggmlalloc.schedule(unplaced.graph, be, copies, weight_type if offload_min_batch else None)
+    sched = ggmlalloc.schedule(unplaced.graph, be, copies, weight_bytes if offload_min_batch else None)
     try:
         return ggmlalloc.allocate(sched, len(be.names), ALIGNMENT)
     finally:
         sched.restore()
+
+
+def offload_batch(backend: str) -> int:
+    """The batch from which the first device of a rig's ``backend`` offloads an op whose weight is in
+    host memory: 32 on llama.cpp's GPU backends (``offload_op``: CUDA and ROCm/HIP, which is CUDA's code,
+    Vulkan, Metal for matrix products, SYCL); 0, never, on ``rpc`` (devices over ``--rpc``)."""
+    return 0 if backend == "rpc" else CUDA_OFFLOAD_MIN_BATCH
+
+
+def stored_bytes(model: ModelConfig) -> tuple[tuple[str, int], ...]:
+    """Each routed expert tensor's and FFN tensor's stored bytes, by the weight's name in the graph
+    (``blk.N.ffn_up_exps.weight``), from the model file: what an op offload copies. Without
+    ``expert_tensors``, a layer's ``expert_bytes`` of all experts shared evenly by its three tensors."""
+    n = model.layers
+    if model.expert_tensors is None:
+        each = zip(per_layer(model.expert_bytes, n), per_layer(model.experts, n), strict=True)
+        share = [-(-int(b) * int(e) // 3) for b, e in each]
+        tensors = dict.fromkeys(("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"), share)
+    else:
+        tensors = {k: per_layer(v, n) for k, v in model.expert_tensors.items()}
+    tensors |= {k: per_layer(v, n) for k, v in (model.ffn_tensors or {}).items()}
+    out = {
+        f"blk.{il}.{name}" + ("" if name.endswith((".bias", ".scale")) else ".weight"): int(per[il])
+        for name, per in tensors.items()
+        for il in range(n)
+        if per[il]
+    }
+    return tuple(out.items())
 
 
 def quantized(cache_type: str) -> bool:
@@ -1133,15 +1167,18 @@ def refusal(g: Geometry | None, f: Flags) -> str | None:
     return None
 
 
-def estimate(g: Geometry, p: Placement, f: Flags) -> Estimate:
-    """Context and compute bytes per device and for the host, as fit-print reports them. Raises
+def estimate(
+    g: Geometry, p: Placement, f: Flags, offload_min_batch: int = 0, stored: tuple[tuple[str, int], ...] = ()
+) -> Estimate:
+    """Context and compute bytes per device and for the host, as fit-print reports them
+    (``offload_min_batch`` and ``stored``, the weights' bytes, as ``compute_bytes`` takes them). Raises
     ``ValueError`` for flags llama.cpp refuses (``refusal``)."""
     why = refusal(g, f)
     if why:
         raise ValueError(why)
     f = effective(f)
     ctx = context_bytes(g, p, f)
-    comp = compute_bytes(g, p, f)
+    comp = compute_bytes(g, p, f, offload_min_batch, dict(stored).get)
     devices = [Usage(ctx.get(d, 0), comp[d]) for d in range(p.n_devices)]
     return Estimate(devices, Usage(ctx.get(-1, 0), comp[-1]), pipeline_parallel(g, p))
 
@@ -1168,6 +1205,8 @@ class Roles:
 
 #: An override that matches no weight: the placement of no override, with pipeline parallelism off.
 _NO_PIPELINE = (("^$", "CPU"),)
+#: The override that puts every routed expert tensor in host memory, as an export's ``-ot ...=CPU`` does.
+_EXPERTS_ON_HOST = (("_exps", "CPU"),)
 
 
 @functools.lru_cache(maxsize=64)
@@ -1183,18 +1222,56 @@ def role_compute(g: Geometry, f: Flags) -> Roles:
     return Roles(max(on[0], off[0]), max(on[1], off[1]), max(on[2], off[2]), only[0])
 
 
-#: The override that puts every routed expert tensor in host memory, as an export's ``-ot ...=CPU`` does.
-_EXPERTS_ON_HOST = (("_exps", "CPU"),)
+#: What ``offload_compute`` adds to the most a uniform placement of expert tensors takes: a mixed one
+#: over an uneven split took up to 0.76 MiB more (tests/engines/test_llama_offload_plans.py).
+OFFLOAD_MARGIN = 8 * 2**20
+
+
+def expert_kinds(stored: tuple[tuple[str, int], ...]) -> tuple[str, ...]:
+    """The routed expert tensors of a layer by kind (``ffn_down_exps``, ...), in the weights' order."""
+    return tuple(dict.fromkeys(name.split(".")[2] for name, _ in stored if "_exps" in name))
+
+
+@functools.lru_cache(maxsize=64)
+def offload_compute(
+    g: Geometry, f: Flags, offload_min_batch: int, stored: tuple[tuple[str, int], ...], role: str
+) -> int:
+    """A bound on the compute buffer of the device that offloads (``compute_bytes``; ``stored``: the
+    weights' bytes, ``stored_bytes``) in ``role`` (a ``Roles`` field) with expert tensors in host memory:
+    that device runs every host expert's matrix products, copying each weight into its compute buffer,
+    and receives the activations they need from the other devices. A plan does not know yet which
+    tensors it leaves there, so it counts the most any kinds of them in every layer take (every layer's
+    ``ffn_down_exps`` alone takes more than all three: the gate and up products then come from the
+    other devices as split inputs); the buffer is the largest split's, not a sum over layers, so the
+    uniform placements bound the mixed ones but for the few split inputs an uneven split moves (under
+    1 MiB measured over random ones, tests/engines), which ``OFFLOAD_MARGIN`` covers."""
+    n, device = {"first": (3, 0), "middle": (3, 1), "last": (3, 2), "only": (1, 0)}[role]
+    kinds = expert_kinds(stored)
+    most = 0
+    for r in range(1, len(kinds) + 1):
+        for chosen in itertools.combinations(kinds, r):
+            p = Placement(n, overrides=((f"\\.({'|'.join(chosen)})\\.", "CPU"),))
+            most = max(most, compute_bytes(g, p, f, offload_min_batch, dict(stored).get, device)[device])
+    return most + OFFLOAD_MARGIN
 
 
 @functools.lru_cache(maxsize=16)
-def host_compute(g: Geometry, f: Flags, n_gpus: int) -> int:
-    """The host's compute buffer when it runs expert tensors, over ``n_gpus`` devices: the CPU backend
-    then holds a layer's MoE intermediates (and no pipeline-parallel copies, which an override turns
-    off). The figure for every expert on the host bounds the figure for some: the buffer is the largest
-    split's intermediates, not a sum over layers, and two devices bound any larger split (the host's
-    figure does not change with the number of devices beyond one)."""
-    return compute_bytes(g, Placement(min(max(n_gpus, 1), 2), overrides=_EXPERTS_ON_HOST), f)[-1]
+def host_compute(
+    g: Geometry, f: Flags, n_gpus: int, offload_min_batch: int = 0, stored: tuple[tuple[str, int], ...] = ()
+) -> int:
+    """The host's compute buffer a plan counts over ``n_gpus`` devices: the larger of its two cases.
+    With expert tensors on the host, the CPU backend holds a layer's MoE intermediates (unless the
+    first device offloads them: ``offload_min_batch``, ``stored`` as ``role_compute`` takes them) and no
+    pipeline-parallel copies, which an override turns off; the figure for every expert there bounds
+    the figure for some (the buffer is the largest split's intermediates, not a sum over layers), and
+    two devices bound any larger split. With every expert on a GPU, no override: with more than one
+    device the scheduler keeps pipeline-parallel copies of the host's split inputs (the token
+    embeddings' rows), a different figure, which one and two devices bound."""
+    k = min(max(n_gpus, 1), 2)
+    weights = dict(stored).get
+    on_host = compute_bytes(g, Placement(k, overrides=_EXPERTS_ON_HOST), f, offload_min_batch, weights)[-1]
+    on_gpus = max(compute_bytes(g, Placement(n), f)[-1] for n in range(1, k + 1))
+    return max(on_host, on_gpus)
 
 
 @dataclass(frozen=True)
@@ -1206,7 +1283,8 @@ class PlanMemory:
     layer's state (a sliding-window cache counted as fixed state) and KV cache, which llama.cpp counts as
     context, not weights (the exact --fit dry run, solver.engines.llamacpp.fitdefault, needs them apart).
     ``ffn`` is the model file's ``ffn_tensors``, (name, bytes per layer): the part of ``dense`` that an
-    ``-ot`` rule such as ``blk\\.N\\.ffn_down.*`` moves with the layer's experts."""
+    ``-ot`` rule such as ``blk\\.N\\.ffn_down.*`` moves with the layer's experts. ``offload_min_batch``
+    and ``stored`` are the rig's op offload and the weights' bytes (``compute_bytes``)."""
 
     geometry: Geometry
     flags: Flags
@@ -1215,3 +1293,5 @@ class PlanMemory:
     last_extra: int
     dense: tuple[int, ...] = ()
     ffn: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    offload_min_batch: int = 0
+    stored: tuple[tuple[str, int], ...] = ()
