@@ -1,9 +1,9 @@
 """``solve calibrate RIG --llama-bench FILE``: the rig's speed constants fitted to its own llama.cpp runs.
 
 Each measured run (solver.calibrate.llamabench, solver.calibrate.llamalog) is scored on the rig by
-the engine's scorer (the placement its flags make, ``solve score``), six times: at the rig's constants
-and with each of ``host_bandwidth``, ``gpu_efficiency``, ``switch_ms``, ``layer_overhead_ms`` and
-``handoff_ms`` moved, which gives the run's token time as a linear function of the five
+the engine's scorer (the placement its flags make, ``solve score``), seven times: at the rig's
+constants and with each of ``host_bandwidth``, ``gpu_efficiency``, ``switch_ms``, ``layer_overhead_ms``,
+``handoff_ms`` and ``moe_layer_ms`` moved, which gives the run's token time as a linear function of the six
 (solver.calibrate.speedfit). The fit, the constants it could not identify (and the run that would),
 each run measured, before and after, and the leave-one-out error are what the command reports
 (solver.calibrate.llamafit_report).
@@ -46,6 +46,7 @@ STEP = {
     "switch_ms": 0.1,
     "layer_overhead_ms": 0.1,
     "handoff_ms": 1.0,
+    "moe_layer_ms": 0.1,
 }
 
 #: Which extra llama-bench run would identify a constant: when no run exercises it, and when the runs
@@ -74,6 +75,13 @@ HINTS = {
     "handoff_ms": (
         "every run uses one GPU (no hand-offs)",
         "add runs on a different number of GPUs (-dev CUDA0 beside -dev CUDA0/CUDA1, or a -ts with a 0)",
+    ),
+    "moe_layer_ms": (
+        "no GPU runs expert tensors by its bytes (each gives layer_ms, or every expert is on the CPU)",
+        "each expert tensor a GPU holds adds its share of it beside its bytes, so the runs move it with "
+        "switch_ms and the CPU's expert bytes; add two -ot tests beside -ncmoe, one sending only "
+        "ffn_down_exps of some layers to the CPU and one only ffn_gate_exps, in a quant where the two "
+        "differ in size (a _M quant)",
     ),
 }
 
@@ -122,6 +130,7 @@ def weights_of(p: Problem) -> np.ndarray:
         "switch_ms": sp.switch_ms,
         "layer_overhead_ms": sp.overhead_ms,
         "handoff_ms": p.handoff_ms,
+        "moe_layer_ms": sp.moe_layer_ms,
     }
     return np.array([to_x(k, values[k]) for k in CONSTANTS])
 

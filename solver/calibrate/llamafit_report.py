@@ -26,7 +26,13 @@ from solver.files.console import print_lines
 from solver.units import format_rate
 
 #: Units of the constants in the output.
-UNIT = {"gpu_efficiency": "", "switch_ms": " ms", "layer_overhead_ms": " ms", "handoff_ms": " ms"}
+UNIT = {
+    "gpu_efficiency": "",
+    "switch_ms": " ms",
+    "layer_overhead_ms": " ms",
+    "handoff_ms": " ms",
+    "moe_layer_ms": " ms",
+}
 
 
 def value_text(key: str, value: float) -> str:

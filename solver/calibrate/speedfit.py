@@ -1,15 +1,15 @@
 """Fitting a rig's effective speed constants to measured runs: bounded, weighted least squares.
 
 Under the speed-from-bytes model (docs/reference.md, "Speed from bytes") a placement's token time is
-linear in five variables, one per rig-wide constant:
+linear in six variables, one per rig-wide constant:
 
     t = base + slope . x,   x = (1e9 / host_bandwidth, 1 / gpu_efficiency, switch_ms,
-                                 layer_overhead_ms, handoff_ms)
+                                 layer_overhead_ms, handoff_ms, moe_layer_ms)
 
 (CPU time is bytes over ``host_bandwidth``, GPU time bytes over ``mem_bandwidth * gpu_efficiency``
 plus the overhead per layer, and switches and hand-offs are counts times their cost); ``base`` is
 what no constant scales (a GPU's own ``layer_ms``). So ``base`` and ``slope`` of each run come from
-scoring its placement six times, and the fit is exact linear algebra:
+scoring its placement seven times, and the fit is exact linear algebra:
 
 - **Weights.** A run's error is relative to its measured token time ``T``; its weight is
   ``1 / sigma^2`` with ``sigma^2 = (stddev_ts / avg_ts)^2 + MODEL_NOISE^2`` (MODEL_NOISE: the share of a
@@ -18,10 +18,14 @@ scoring its placement six times, and the fit is exact linear algebra:
   a constant is identified when its column of the weighted Jacobian (``slope * scale / (T sigma)``,
   per relative change of the constant) keeps, after projection on the columns identified before it,
   enough length that its standard error is under SE_MAX of its scale. Others keep their values and
-  the output says which run would identify them.
+  the output says which run would identify them. ``moe_layer_ms`` (the fixed GPU time of a MoE layer
+  whose experts a GPU runs) comes last: each expert tensor held adds its share of it beside its bytes,
+  so it moves with ``switch_ms`` and the CPU's expert bytes unless tensors of two sizes are moved
+  apart; fitted last, it weakens no constant before it, and runs that do not identify it keep its
+  default.
 - **The fit** minimises ``sum w (t - T)^2 / T^2`` over the identified variables within BOUNDS: the
   unconstrained least squares when it lies within them, else the best of every pattern of variables
-  held at a bound with the rest solved freely (3^5 patterns at most; the problem is convex, so the
+  held at a bound with the rest solved freely (3^6 patterns at most; the problem is convex, so the
   optimum is one of them). Deterministic, numpy only.
 """
 
@@ -33,7 +37,14 @@ from dataclasses import dataclass
 import numpy as np
 
 #: The constants in the order they are identified, as rig keys.
-CONSTANTS = ("host_bandwidth", "gpu_efficiency", "switch_ms", "layer_overhead_ms", "handoff_ms")
+CONSTANTS = (
+    "host_bandwidth",
+    "gpu_efficiency",
+    "switch_ms",
+    "layer_overhead_ms",
+    "handoff_ms",
+    "moe_layer_ms",
+)
 #: Share of a run's time the bytes model cannot see even on a clean run (threads, kernels, build).
 MODEL_NOISE = 0.03
 #: A constant is identified when its standard error is below this share of its scale.
@@ -45,11 +56,12 @@ BOUNDS = {
     "switch_ms": (0.0, 5.0),
     "layer_overhead_ms": (0.0, 2.0),
     "handoff_ms": (0.0, 50.0),
+    "moe_layer_ms": (0.0, 2.0),
 }
 #: The least scale of a constant measured in ms, for the identification test (a hand-off, 0 by
 #: default, costs 0.3 ms between AMD cards and over 10 ms between cards without peer access:
 #: docs/fidelity-sources.md).
-MS_SCALE = {"switch_ms": 0.08, "layer_overhead_ms": 0.05, "handoff_ms": 1.0}
+MS_SCALE = {"switch_ms": 0.08, "layer_overhead_ms": 0.05, "handoff_ms": 1.0, "moe_layer_ms": 0.04}
 #: A column shorter than this (in units of 1/sigma) means the runs do not exercise the constant.
 UNUSED = 1e-9
 
@@ -83,7 +95,7 @@ def x_scale(x0: np.ndarray) -> np.ndarray:
 class Design:
     """The runs as the linear model sees them: token time ``base + slope @ x`` ms against ``measured``.
 
-    base (n,), slope (n, 5) in CONSTANTS order, measured (n,) ms per token, sigma (n,) relative spread.
+    base (n,), slope (n, 6) in CONSTANTS order, measured (n,) ms per token, sigma (n,) relative spread.
     """
 
     base: np.ndarray

@@ -89,8 +89,8 @@ def calibrate_cmd(
 
     \b
     llama.cpp: solve calibrate RIG --llama-bench runs.json [--write OUT]
-      fits the rig's host_bandwidth, gpu_efficiency, switch_ms, layer_overhead_ms
-      and handoff_ms to llama-bench decode runs (llama-bench ... -o json), or to
+      fits the rig's host_bandwidth, gpu_efficiency, switch_ms, layer_overhead_ms,
+      handoff_ms and moe_layer_ms to llama-bench decode runs (-o json), or to
       llama-server/llama-cli output with --llama-log FILE --args "FLAGS", and its
       matrix_efficiency and pcie_efficiency to llama-bench prompt runs (-p N -n 0);
       solve calibrate RIG --suggest prints the llama-bench command to run first.

@@ -3,10 +3,12 @@
 For llama.cpp, vLLM and SGLang the GPU time of layer l on GPU g is
 
     gpu_ms(l, g) = layer_overhead_ms + 1000 * read(l, g) / (mem_bandwidth[g] * gpu_efficiency)
+                   + moe_layer_ms * (share of layer l's expert tensors g runs)
     read(l, g)   = dense_bytes[l] + depth * kv_bytes_per_token[kind l]
                    + (active_experts / experts[l]) * (bytes of layer l's experts held on g)
 
-and a GPU whose rig entry gives ``layer_ms`` keeps that figure per layer instead (a user's own
+(``moe_layer_ms``: the MoE block's own kernels, llama.cpp's alone; 0 for the other engines), and a
+GPU whose rig entry gives ``layer_ms`` keeps that figure per layer instead (a user's own
 measurement wins; its held experts then cost nothing more). The defaults of the effective constants
 come from public measurements: docs/reference.md, "Speed from bytes", gives each source.
 
@@ -38,6 +40,11 @@ GPU_EFFICIENCY = 0.8
 LAYER_OVERHEAD_MS = 0.05
 #: One change of device along a token's path (CPU <-> GPU), ms.
 SWITCH_MS = 0.08
+#: A GPU's fixed time per token of each MoE layer whose expert tensors it runs, beyond the layer's
+#: overhead (llama.cpp's router top-k, the expert matrix products by id, the sum over the used
+#: experts): public all-GPU CUDA runs of small-active models, where the time left grows with the
+#: MoE layers, not per token (docs/fidelity-sources.md, "moe_layer_ms").
+MOE_LAYER_MS = 0.04
 
 
 class BytesKeys(EngineKeys):
@@ -56,7 +63,8 @@ class Speed:
     """The rig's speed settings, resolved: per GPU (k,) and rig-wide.
 
     bandwidth: bytes/s of each GPU (0 where its ``layer_ms`` is given instead); given: the GPU's own
-    ``layer_ms`` counts per layer.
+    ``layer_ms`` counts per layer; moe_layer_ms: a GPU's fixed time per token of each MoE layer whose
+    expert tensors it runs (the engine's; 0 where it has none).
     """
 
     bandwidth: np.ndarray
@@ -65,6 +73,7 @@ class Speed:
     overhead_ms: float
     switch_ms: float
     depth: int
+    moe_layer_ms: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -138,6 +147,7 @@ def with_constants(
     switch_ms: float | None = None,
     handoff_ms: float | None = None,
     depth: int | None = None,
+    moe_layer_ms: float | None = None,
 ) -> Problem:
     """The problem with other effective constants (what calibration tries): CPU times follow
     ``host_bandwidth``, GPU times the rest. None keeps a constant as it is."""
@@ -148,6 +158,7 @@ def with_constants(
         overhead_ms=sp.overhead_ms if layer_overhead_ms is None else layer_overhead_ms,
         switch_ms=sp.switch_ms if switch_ms is None else switch_ms,
         depth=sp.depth if depth is None else depth,
+        moe_layer_ms=sp.moe_layer_ms if moe_layer_ms is None else moe_layer_ms,
     )
     fields = BytesFields.of(p)
     if host_bandwidth is not None:
@@ -191,11 +202,19 @@ def dense_of(p: Problem) -> np.ndarray:
     return dense if dense is not None else np.zeros(p.n_layers, dtype=np.int64)
 
 
+def moe_ms(p: Problem) -> np.ndarray:
+    """The fixed GPU ms of each MoE layer whose experts a GPU runs all of, on each GPU, shape (L, k): 0
+    for a layer without experts and on a GPU whose time is its own ``layer_ms``."""
+    sp = speed_of(p)
+    moe = (p.experts_per_layer > 0).astype(np.float64) * sp.moe_layer_ms
+    return np.where(sp.given[None, :], 0.0, moe[:, None] * np.ones(p.n_gpus)[None, :])
+
+
 def all_held_ms(p: Problem) -> np.ndarray:
     """GPU ms of each layer with every expert held, shape (L, k)."""
     share = BytesFields.of(p).active_experts / np.maximum(p.experts_per_layer, 1)
     experts = (share * p.experts_per_layer * p.expert_bytes).astype(np.float64)
-    return dense_ms(p) + experts[:, None] * per_byte_ms(p)[None, :]
+    return dense_ms(p) + experts[:, None] * per_byte_ms(p)[None, :] + moe_ms(p)
 
 
 class BytesSpeed(Engine):

@@ -161,7 +161,7 @@ def test_the_fit_finds_the_constants_the_runs_identify(tmp_path: Path) -> None:
     for run in out["runs"]:
         assert run["after_tps"] == pytest.approx(run["measured_tps"], rel=1e-6)
         assert run["leave_one_out_tps"] is not None
-    assert set(out["not_identified"]) == {"layer_overhead_ms", "handoff_ms"}
+    assert set(out["not_identified"]) == {"layer_overhead_ms", "handoff_ms", "moe_layer_ms"}
     assert "one GPU" in out["not_identified"]["handoff_ms"]
 
 
@@ -271,7 +271,7 @@ def test_fewer_runs_than_constants_fits_what_they_identify_and_says_so(tmp_path:
     result = cli_run(rig, "--llama-bench", runs, "--json")
     out = json.loads(result.stdout)
     assert [k for k, v in out["constants"].items() if v["identified"]] == ["host_bandwidth"]
-    assert "1 run can fit at most 1 of the 4 constants they exercise" in result.stderr
+    assert "1 run can fit at most 1 of the 5 constants they exercise" in result.stderr
     assert out["runs"][0]["after_tps"] == pytest.approx(out["runs"][0]["measured_tps"], rel=1e-9)
     assert out["runs"][0]["leave_one_out_tps"] is None
 
@@ -370,7 +370,7 @@ def test_two_gpus_identify_the_handoff(tmp_path: Path) -> None:
     rows = [
         bench_row(ncmoe=m, ts=ts, depth=d, gpus=2)
         for m in (4, 14)
-        for ts in ("30.00/11.00", "20.00/21.00", "41.00")
+        for ts in ("30.00/11.00", "40.00/1.00", "41.00")
         for d in (0, 32768)
     ]
     runs = write_json(tmp_path, true_rates(rig, rows, truth))

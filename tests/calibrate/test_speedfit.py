@@ -21,7 +21,7 @@ from solver.calibrate.speedfit import (
 )
 from tests.helpers.tiers import examples
 
-X0 = np.array([to_x("host_bandwidth", 40e9), 1 / 0.8, 0.08, 0.05, 0.0])
+X0 = np.array([to_x("host_bandwidth", 40e9), 1 / 0.8, 0.08, 0.05, 0.0, 0.04])
 
 
 @settings(max_examples=examples(60), deadline=None)
@@ -56,21 +56,22 @@ def columns(n: int, seed: int = 1) -> np.ndarray:
             rng.integers(0, 48, n) * 2.0,
             np.full(n, 48.0),
             np.zeros(n),
+            np.zeros(n),
         ]
     )
 
 
 def test_exact_runs_give_the_true_constants() -> None:
-    truth = np.array([to_x("host_bandwidth", 61e9), 1 / 0.7, 0.11, 0.05, 0.0])
+    truth = np.array([to_x("host_bandwidth", 61e9), 1 / 0.7, 0.11, 0.05, 0.0, 0.04])
     f = fit(design(columns(12), truth), X0)
     assert f.identified == ("host_bandwidth", "gpu_efficiency", "switch_ms")
-    assert f.unused == ("handoff_ms",)
+    assert f.unused == ("handoff_ms", "moe_layer_ms")
     assert f.x[:3] == pytest.approx(truth[:3], rel=1e-9)
     assert f.x[3:] == pytest.approx(X0[3:])  # not identified: kept
 
 
 def test_a_constant_is_identified_only_with_enough_runs() -> None:
-    truth = np.array([to_x("host_bandwidth", 61e9), 1 / 0.7, 0.11, 0.05, 0.0])
+    truth = np.array([to_x("host_bandwidth", 61e9), 1 / 0.7, 0.11, 0.05, 0.0, 0.04])
     one = fit(design(columns(1), truth), X0)
     assert one.identified == ("host_bandwidth",)
     # the one run is explained exactly by the constant it identifies
@@ -88,7 +89,7 @@ def test_collinear_constants_are_not_identified() -> None:
 
 def test_bounds_hold_a_fit_the_runs_push_past_them() -> None:
     slope = columns(6)
-    truth = np.array([to_x("host_bandwidth", 61e9), 1 / 0.7, 0.11, 0.05, 0.0])
+    truth = np.array([to_x("host_bandwidth", 61e9), 1 / 0.7, 0.11, 0.05, 0.0, 0.04])
     d = design(slope, truth)
     d = Design(d.base, d.slope, d.measured * 0.3, d.sigma)  # faster than any constant allows
     f = fit(d, X0)
@@ -97,9 +98,48 @@ def test_bounds_hold_a_fit_the_runs_push_past_them() -> None:
 
 
 def test_leave_one_out_refits_without_the_run() -> None:
-    truth = np.array([to_x("host_bandwidth", 61e9), 1 / 0.7, 0.11, 0.05, 0.0])
+    truth = np.array([to_x("host_bandwidth", 61e9), 1 / 0.7, 0.11, 0.05, 0.0, 0.04])
     d = design(columns(7), truth, noise=0.02, seed=3)
     loo = leave_one_out(d, X0)
     for i in range(7):
         assert loo[i] == pytest.approx(d.predict(fit(d.without(i), X0).x)[i])
     assert not np.allclose(loo, d.predict(fit(d, X0).x))
+
+
+def moe_columns(n: int, down: float, seed: int = 2) -> np.ndarray:
+    """Runs of one GPU on 48 MoE layers of three expert tensors (gate and up of 2 bytes, down of
+    ``down``): some layers with every tensor on the CPU (-ncmoe), some with only down, some with only
+    gate (two -ot rules), at two depths. Each tensor on the CPU moves its bytes there, makes its layer
+    switch, and takes a third of the layer's MoE cost off the GPU."""
+    rng = np.random.default_rng(seed)
+    every, only_down, only_gate = (rng.integers(0, 16, n).astype(float) for _ in range(3))
+    cpu_bytes = every * (4.0 + down) + only_down * down + only_gate * 2.0
+    kv = rng.choice([0.0, 40.0], n)
+    return np.column_stack(
+        [
+            cpu_bytes * 10.0,
+            (48 * (4.0 + down) - cpu_bytes + kv) / 100.0,
+            (every + only_down + only_gate) * 2.0,
+            np.full(n, 48.0),
+            np.zeros(n),
+            48.0 - every - (only_down + only_gate) / 3.0,
+        ]
+    )
+
+
+def test_moe_layer_ms_is_fitted_only_when_the_runs_tell_it_apart() -> None:
+    """Fitted last: down and gate tensors of one size leave its column in the span of the switch and
+    CPU-byte columns, so it keeps its default however precise the runs; of two sizes they identify it
+    and the fit finds the truth (runs given a spread of 0.01%, so collinearity alone decides)."""
+    truth = np.array([to_x("host_bandwidth", 61e9), 1 / 0.7, 0.11, 0.05, 0.0, 0.07])
+
+    def precise(down: float) -> Design:
+        d = design(moe_columns(16, down), truth)
+        return Design(d.base, d.slope, d.measured, np.full(len(d.base), 1e-4))
+
+    same = fit(precise(2.0), X0)
+    assert "moe_layer_ms" not in same.identified and "moe_layer_ms" not in same.unused
+    assert same.x[5] == X0[5]
+    differ = fit(precise(3.0), X0)
+    assert "moe_layer_ms" in differ.identified
+    assert differ.x == pytest.approx(truth, rel=1e-6)

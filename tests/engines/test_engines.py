@@ -42,6 +42,9 @@ def _best_by_brute_force(p, g: int, a: int, b: int) -> tuple[float, list[int]] |
     units = [u for u in range(len(p.engine_fields.unit_layer)) if a <= p.engine_fields.unit_layer[u] < b]
     remote = len(p.host_names) > 1 and p.hosts[g] != 0  # experts on the main host's CPU: hop there and back
     switch = 2 * p.engine_fields.speed.switch_ms + (2 * p.network_ms if remote else 0.0)
+    # a held tensor's part of its layer's fixed MoE time, on a GPU timed by its bytes
+    moe = 0.0 if p.engine_fields.speed.given[g] else p.engine_fields.speed.moe_layer_ms
+    units_in = np.bincount(p.engine_fields.unit_layer, minlength=p.n_layers)
     best = None
     for r in range(len(units) + 1):
         for held in itertools.combinations(units, r):
@@ -54,6 +57,7 @@ def _best_by_brute_force(p, g: int, a: int, b: int) -> tuple[float, list[int]] |
                 for u in held
             ]
             ms = dense + sum(s * int(p.engine_fields.unit_bytes[u]) * per_byte for s, u in zip(share, held))
+            ms += sum(moe / units_in[p.engine_fields.unit_layer[u]] for u in held)
             ms += sum(float(p.engine_fields.unit_ms[u]) for u in cpu) + switch * len(
                 {int(p.engine_fields.unit_layer[u]) for u in cpu}
             )

@@ -234,7 +234,8 @@ def commands(draw, k: int, n_blocks: int) -> tuple[list[str], dict]:
 def reference(p: Problem, spec: dict) -> tuple[float, dict[int, int]]:
     """The window and each GPU's bytes, from llama.cpp's mapping (engine_mapping) and the time model
     written out unit by unit: GPU layers by bytes over bandwidth (or layer_ms), a held tensor's active
-    share on the GPU holding it, a tensor on the CPU at host bandwidth and its GPU layer's two
+    share and its part of its layer's moe_layer_ms (over the layer's tensors) on the GPU holding it, a
+    tensor on the CPU at host bandwidth and its GPU layer's two
     switches, two switches per tensor held on another GPU than its layer's, a layer on the CPU at
     host bandwidth, a hand-off per change of GPU (the output's card counted last)."""
     k, n = p.n_gpus, p.n_layers
@@ -257,6 +258,7 @@ def reference(p: Problem, spec: dict) -> tuple[float, dict[int, int]]:
     rate = sp.bandwidth * sp.efficiency
     per_byte = [0.0 if sp.given[g] else 1000.0 / rate[g] for g in range(k)]
     switch = 2 * sp.switch_ms
+    units_in = np.bincount(p.engine_fields.unit_layer, minlength=n_blocks)
     window = 0.0
     need = dict.fromkeys(range(k), 0)
     cpu_units_layers = set()
@@ -273,6 +275,7 @@ def reference(p: Problem, spec: dict) -> tuple[float, dict[int, int]]:
                 cpu_units_layers.add(layer)
         else:
             window += p.engine_fields.active_experts / p.experts[layer] * size * per_byte[at]
+            window += 0.0 if sp.given[at] else sp.moe_layer_ms / units_in[layer]
             need[at] += size
             if at != home:
                 window += switch
@@ -539,7 +542,8 @@ def test_minus_ot_to_another_gpu_is_held_there_and_costs_two_switches() -> None:
     unit = int(p.engine_fields.unit_bytes[p.engine_fields.unit_layer == 3][0])
     read = p.engine_fields.active_experts / p.experts[3] * unit * 1000.0 / (c.bandwidth[1] * c.efficiency)
     cpu = float(p.engine_fields.unit_ms[p.engine_fields.unit_layer == 3][0])
-    expected = base.window_ms - cpu - 2 * c.switch_ms + read + 2 * c.switch_ms
+    moe = c.moe_layer_ms / int((p.engine_fields.unit_layer == 3).sum())
+    expected = base.window_ms - cpu - 2 * c.switch_ms + read + moe + 2 * c.switch_ms
     assert math.isclose(moved.window_ms, expected, rel_tol=1e-12)
     gpu1 = {x.gpu: x for x in moved.cards}[1]
     assert gpu1.guests == 1 and gpu1.need_bytes - {x.gpu: x for x in base.cards}[1].need_bytes == unit

@@ -16,7 +16,8 @@ TENSORS = ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")
 
 
 def _speed(rng: np.random.Generator, k: int) -> Speed:
-    """Some GPUs timed by bytes over bandwidth, the others by their layer_ms; a switch cost or none."""
+    """Some GPUs timed by bytes over bandwidth, the others by their layer_ms; a switch cost or none, a
+    fixed cost per MoE layer held or none."""
     given = rng.random(k) < 0.3
     return Speed(
         bandwidth=np.where(given, 0.0, rng.choice([5e4, 1e5, 4e5], k)),
@@ -25,6 +26,7 @@ def _speed(rng: np.random.Generator, k: int) -> Speed:
         overhead_ms=float(rng.choice([0.0, 0.05])),
         switch_ms=float(rng.choice([0.0, 0.08, 2.0])),
         depth=0,
+        moe_layer_ms=float(rng.choice([0.0, 0.04])),
     )
 
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
-from solver.engines.bandwidth import BytesSpeed
+from solver.engines.bandwidth import MOE_LAYER_MS, BytesSpeed
 from solver.engines.base import Orders, PlanCell, Required, Resolved, Shape, StageCell, ms
 from solver.engines.export import (
     LLAMA_MAX_SPLITS,
@@ -172,8 +172,15 @@ class LlamaCpp(BytesSpeed):
     name = "llama.cpp"
     note = "expert tensors on a GPU or, beyond VRAM, on the CPU"
     rig_keys = (
-        "host_bandwidth", "host_memory", "n_ubatch", "flash_attn", "backend", "generate", *BytesSpeed.rig_keys
-    )  # fmt: skip
+        "host_bandwidth",
+        "host_memory",
+        "n_ubatch",
+        "flash_attn",
+        "backend",
+        "generate",
+        "moe_layer_ms",
+        *BytesSpeed.rig_keys,
+    )
     rig_schema = LlamaKeys
     gpu_schema = LlamaGpuKeys
     miss_rate_key = "host_bandwidth"
@@ -217,6 +224,8 @@ class LlamaCpp(BytesSpeed):
 
         speed, layer_ms = self.speed_fields(rig, model, experts)
         keys = rig.keys(LlamaKeys)
+        moe = MOE_LAYER_MS if keys.moe_layer_ms is None else keys.moe_layer_ms
+        speed["speed"] = dataclasses.replace(speed["speed"], moe_layer_ms=moe)
         units = llama_units(model, keys.host_bandwidth, experts)
         fa = keys.flash_attn == "on"
         flags = llama_memory.run_flags(rig.context, keys.n_ubatch, fa, model.kv_type)

@@ -13,7 +13,7 @@ import numpy as np
 from pydantic import Discriminator, Tag
 
 from solver.engines.bandwidth import BytesFields, BytesKeys
-from solver.files.config import Count, EngineKeys, OnOff, PositiveMs, Rate, Share
+from solver.files.config import Count, EngineKeys, NonNegMs, OnOff, PositiveMs, Rate, Share
 
 #: ``n_ubatch``: a micro-batch of tokens, or ``auto`` (chosen with the placement); errors name the
 #: branch the value is on.
@@ -27,8 +27,9 @@ class LlamaKeys(BytesKeys):
     """llama.cpp's rig keys beyond the speed model's: the rate the CPU streams host memory at, the
     micro-batch (``-ub``, or ``auto``: planned with the placement) and flash attention (``-fa``) the run
     uses, the backend its GPUs run (``rpc`` never offloads an op to a GPU), the prompt tokens its prompt
-    figures are for, the tokens the request objective generates, and the shares of matrix throughput
-    and PCIe rate prompt processing reaches (None: the defaults of solver.engines.llamacpp.prompt)."""
+    figures are for, the tokens the request objective generates, the shares of matrix throughput and
+    PCIe rate prompt processing reaches (None: the defaults of solver.engines.llamacpp.prompt), and a
+    GPU's fixed time per MoE layer whose experts it runs (None: solver.engines.bandwidth.MOE_LAYER_MS)."""
 
     host_bandwidth: Rate | None = None
     n_ubatch: UbatchKey = 512
@@ -38,6 +39,7 @@ class LlamaKeys(BytesKeys):
     generate: Count | None = None
     matrix_efficiency: Share | None = None
     pcie_efficiency: Share | None = None
+    moe_layer_ms: NonNegMs | None = None
 
 
 class LlamaGpuKeys(EngineKeys):

@@ -81,11 +81,11 @@ class Costs:
 
     Units in (layer, slot) order. size (U,): bytes; fill_size: the bytes the fill counts, rounded up
     to its grain (fill.grain_of; the same but for tensor sizes that share no large divisor); cpu (U,):
-    ms on the CPU; held (U, k): ms its active share adds to
-    its layer's GPU read on each GPU; dense (L, k): ms of each layer's other reads (or ``layer_ms``);
-    switch (k,): ms of one layer with a unit on the CPU, on each GPU: to the CPU and back, and on a
-    GPU of another host than the first (an rpc-server's), the network hop there and back too, since
-    ``-ot ...=CPU`` keeps those experts on the main host's CPU.
+    ms on the CPU; held (U, k): ms its active share adds to its layer's GPU read on each GPU, with its
+    part of the layer's fixed MoE time (``moe_layer_ms`` over the layer's units); dense (L, k): ms of
+    each layer's other reads (or ``layer_ms``); switch (k,): ms of one layer with a unit on the CPU, on
+    each GPU: to the CPU and back, and on a GPU of another host than the first (an rpc-server's), the
+    network hop there and back too, since ``-ot ...=CPU`` keeps those experts on the main host's CPU.
     """
 
     order: np.ndarray
@@ -108,7 +108,7 @@ class Costs:
         size = f.unit_bytes[order]
         per_byte, dense = per_byte_ms(p), dense_ms(p)
         share = f.active_experts / np.maximum(p.experts_per_layer[layer], 1)
-        held = (share * size)[:, None] * per_byte[None, :]
+        held = (share * size)[:, None] * per_byte[None, :] + _moe_share(p, layer)
         has = np.zeros(p.n_layers + 1, dtype=np.int64)
         has[np.unique(layer) + 1] = 1
         remote = (p.hosts != 0) if len(p.host_names) > 1 else np.zeros(p.n_gpus, dtype=bool)
@@ -124,6 +124,16 @@ class Costs:
         value = unit_values(self.cpu - self.held[:, g], self.size, scale)
         key, sigma = pack(value, round(float(self.switch[g]) * scale), n)
         return Units(self.layer, self.slot, self.fill_size, key, sigma, n)
+
+
+def _moe_share(p: Problem, layer: np.ndarray) -> np.ndarray:
+    """Each unit's part of its layer's fixed MoE time on each GPU, shape (U, k): the layer's cost split
+    evenly over its expert tensors, so a GPU holding all of them pays it once and one holding none
+    nothing (0 where the GPU's time is its own ``layer_ms``)."""
+    sp = speed_of(p)
+    count = np.bincount(layer, minlength=p.n_layers)[layer] if len(layer) else np.zeros(0)
+    per_unit = sp.moe_layer_ms / np.maximum(count, 1)
+    return np.where(sp.given[None, :], 0.0, per_unit[:, None] * np.ones(p.n_gpus)[None, :])
 
 
 def decision_scale(c: Costs) -> int:
