@@ -16,7 +16,9 @@ machine):
 * contexts: that rig with ``--contexts`` of six contexts against its one plan.
 
 The GGUF is a header over a sparse data region (``tests/engine/harness.py``'s shapes, typed by
-``solver.importers.quant``, the port of llama-quantize's recipe), written to a temporary folder.
+``solver.importers.quant``, the port of llama-quantize's recipe), written to a temporary folder, or
+with ``--keep DIR`` to DIR, where it stays (with its model file and ``rig.yaml``) for other runs:
+``--keep DIR --runs 0`` only writes them.
 """
 
 from __future__ import annotations
@@ -102,10 +104,12 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=7, help="counted runs of each command")
     parser.add_argument("--contexts", default="4K,8K,12K,16K,24K,32K", help="the --contexts list")
     parser.add_argument("--only", choices=("startup", "gguf", "contexts"), action="append")
+    parser.add_argument("--keep", type=Path, help="keep the GGUF, model and rig here")
     args = parser.parse_args()
     only = set(args.only or ("startup", "gguf", "contexts"))
     with tempfile.TemporaryDirectory() as tmp:
-        folder = Path(tmp)
+        folder = args.keep or Path(tmp)
+        folder.mkdir(parents=True, exist_ok=True)
         q4_k_m_gguf(folder / "qwen3-235b-a22b-q4_k_m.gguf")
         model = folder / "qwen3-235b-a22b-q4_k_m.yaml"
         subprocess.run(
@@ -118,6 +122,8 @@ def main() -> None:
         rig.write_text(RIG.format(model=model))
         box = [SOLVE, "rigs/box.yaml"]
         plan = [SOLVE, str(rig)]
+        if args.runs == 0:
+            return
         print(f"{args.runs} runs of each, medians; A/B is the median of the pair-by-pair ratios")
         if "startup" in only:
             wall, cpu = pair("start-up", box, [sys.executable, "-c", LIBRARIES], args.runs)

@@ -19,7 +19,7 @@ moesplit asks the engine object, never the engine's name.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
@@ -193,6 +193,10 @@ class Engine:
     def table(self, p: Problem) -> Table:
         """The (GPU, range) table of rooms and weights."""
         raise NotImplementedError
+
+    def tables(self, ps: Sequence[Problem]) -> list[Table]:
+        """The table of each of several problems of this engine (an engine may share work among them)."""
+        return [self.table(p) for p in ps]
 
     def stage_fill(self, p: Problem, g: int, a: int, b: int) -> StageFill:
         """One stage's fill from the definition."""

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from solver.engines import build_table, engine_of, evaluate
+from solver.engines import Table, build_table, engine_of, evaluate
 from solver.planning.build import build_arcs
 from solver.planning.hints import Hint, Reload, hints_of
 from solver.planning.infeasible import explain
@@ -111,15 +111,17 @@ def plan_rig(
     policy: Policy = POLICY,
     default: str | None = None,
     reload: Reload | None = None,
+    table: Table | None = None,
 ) -> Result:
     """Plan one problem end to end (``policy``: the route's thresholds; ``default``: which of the
     engine's defaults to set the plan beside, its first by default; ``reload(**overrides)``: the
-    problem of the same files with other settings, for the hints, which only a run given it has)."""
+    problem of the same files with other settings, for the hints, which only a run given it has;
+    ``table``: the problem's table, where it is built already)."""
     t0 = time.perf_counter()
     limits = limits or Limits()
     if limits.started is None:  # the limit bounds the whole run: the tables count
         limits = dataclasses.replace(limits, started=t0)
-    table = build_table(p)
+    table = build_table(p) if table is None else table
     table_ms = (time.perf_counter() - t0) * 1e3
     arcs = build_arcs(p, table)
     rule = engine_of(p).orders(p)

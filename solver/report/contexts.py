@@ -77,12 +77,16 @@ def sweep(
 ) -> list[Point]:
     """Plan the rig at every (KV type, context), KV types outermost; None keeps the rig's own
     (``default``: which of the engine's defaults each plan is set beside)."""
+    problems = [
+        load_problem(rig, dataclasses.replace(overrides, context=context, kv_type=kv))
+        for kv in kv_types
+        for context in contexts
+    ]
+    tables = engine_of(problems[0]).tables(problems) if problems else []
     points = []
-    for kv in kv_types:
-        for context in contexts:
-            ov = dataclasses.replace(overrides, context=context, kv_type=kv)
-            r = plan_rig(load_problem(rig, ov), limits, default=default)
-            points.append(Point(r.problem.context, r.problem.kv_type, r))
+    for p, table in zip(problems, tables):
+        r = plan_rig(p, limits, default=default, table=table)
+        points.append(Point(r.problem.context, r.problem.kv_type, r))
     return points
 
 

@@ -222,3 +222,19 @@ def test_the_rig_keys_an_engine_reads_are_the_rig_files_and_each_engine_only_key
     assert only_some | {"gpu_memory_utilization"} <= named
     own = {key for engine in REGISTRY.values() for key in engine.rig_schema.model_fields}
     assert only_some | {"gpu_memory_utilization"} <= own and not own & set(RigConfig.model_fields)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_llama_tables_built_together_are_the_tables_built_alone(seed):
+    """Problems that differ only in their rooms (one rig at several contexts) share one fill DP over
+    the largest room's states: each table is the one its problem builds alone, cell for cell."""
+    from solver.engines.llamacpp.table import LlamaTable
+
+    p = random_engine_problem(seed, "llama.cpp", n_layers=6, n_gpus=3)
+    ps = [dataclasses.replace(p, free=(p.free * s).astype(p.free.dtype)) for s in (1.0, 0.55, 0.8, 0.2)]
+    together = LlamaTable.build_many(ps)
+    for q, t in zip(ps, together):
+        alone = LlamaTable.build(q)
+        for name in ("need", "room", "gpu", "missed", "held_bytes", "held_mass", "visible_bytes"):
+            assert np.array_equal(getattr(t, name), getattr(alone, name)), name
+    assert len({t.room.tobytes() for t in together}) > 1

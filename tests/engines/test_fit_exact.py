@@ -89,7 +89,8 @@ def _problem(rec: dict, model: Path, d: Path, binary: bool) -> Problem:
     """The case's rig in the binary's view (every GPU the host's free memory) or the rig's (free less
     the case's margin plus fit's own)."""
     user = user_params_from_cli(rec["args"], len(rec["devices"]))
-    lines = [f"name: {rec['name']}", f"model: {model}", "engine: llama.cpp", "host_bandwidth: 60 GB/s"]
+    lines = [f"name: {rec['name']}", f"model: {model}", "engine: llama.cpp", "backend: rpc"]
+    lines += ["host_bandwidth: 60 GB/s"]
     lines += [f"context: {user.n_ctx}", "gpus:"]
     for i, m in enumerate(user.margins):
         free = rec["free_bytes"] if binary else rec["free_bytes"] - m + fitdefault.FIT_MARGIN

@@ -38,7 +38,7 @@ from solver.problem.problem import Problem, host_room_words
 from solver.units import format_size, per_layer
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
     from solver.engines.export import Launch, Line
     from solver.engines.llamacpp.args import LlamaArgs
@@ -312,6 +312,9 @@ class LlamaCpp(BytesSpeed):
 
     def table(self, p: Problem) -> LlamaTable:
         return LlamaTable.build(p)
+
+    def tables(self, ps: Sequence[Problem]) -> list[LlamaTable]:
+        return LlamaTable.build_many(ps)
 
     def stage_fill(self, p: Problem, g: int, a: int, b: int) -> StageFill:
         return stage_fill(p, g, a, b)

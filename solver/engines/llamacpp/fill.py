@@ -32,6 +32,7 @@ with sizes rounded up to it, where the divisor would make too many states.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import combinations, pairwise
 
@@ -224,15 +225,25 @@ def dense_table(units: Units, carried: list[np.ndarray], rooms: np.ndarray) -> F
     room holds grains (``grain_of`` keeps them within MAX_STATES). A pattern that holds ``shift`` grains
     can only improve states from ``shift`` up, so each update works on those states alone, in place.
     """
+    return dense_tables(units, carried, [rooms])[0]
+
+
+def dense_tables(units: Units, carried: list[np.ndarray], rooms: Sequence[np.ndarray]) -> list[Fills]:
+    """``dense_table`` of each of several room arrays (one rig at several contexts) from one DP: a
+    state's best fill does not depend on how many states there are above it, so the DP counts the
+    states of the largest room of them all and each array reads its own."""
     n = units.n_layers
     grain = int(np.gcd.reduce(units.size)) if len(units.size) else 1
-    cap = min(int(rooms.max(initial=0)), int(units.size.sum()))
+    cap = min(max(int(r.max(initial=0)) for r in rooms), int(units.size.sum()))
     states = max(cap, 0) // grain + 1
-    out = Fills(
-        np.zeros(rooms.shape, dtype=np.int64),
-        np.zeros(rooms.shape, dtype=np.int64),
-        [np.zeros(rooms.shape, dtype=np.int64) for _ in carried],
-    )
+    outs = [
+        Fills(
+            np.zeros(r.shape, dtype=np.int64),
+            np.zeros(r.shape, dtype=np.int64),
+            [np.zeros(r.shape, dtype=np.int64) for _ in carried],
+        )
+        for r in rooms
+    ]
     own = [np.array_equal(c, units.size) for c in carried]
     key = np.zeros((n, states), dtype=np.int64)  # row a: the fill of [a, b) after layer b - 1
     size = np.zeros((n, states), dtype=np.int64)
@@ -257,16 +268,17 @@ def dense_table(units: Units, carried: list[np.ndarray], rooms: np.ndarray) -> F
                 if sums[i] is not None:
                     cand = base_sums[i][:, :width] + int(per_unit[held].sum())
                     np.copyto(sums[i][rows, shift:], cand, where=better)
-        room = rooms[:, : layer + 1, layer + 1]  # (G, a)
-        ok = room >= 0
-        state = np.minimum(np.maximum(room, 0) // grain, states - 1)
-        starts = np.broadcast_to(np.arange(layer + 1), room.shape)
-        out.key[:, : layer + 1, layer + 1] = np.where(ok, key[starts, state], 0)
-        out.size[:, : layer + 1, layer + 1] = np.where(ok, size[starts, state], 0)
-        for i in range(len(carried)):
-            got = size if sums[i] is None else sums[i]
-            out.sums[i][:, : layer + 1, layer + 1] = np.where(ok, got[starts, state], 0)
-    return out
+        for out, r in zip(outs, rooms):
+            room = r[:, : layer + 1, layer + 1]  # (G, a)
+            ok = room >= 0
+            state = np.minimum(np.maximum(room, 0) // grain, states - 1)
+            starts = np.broadcast_to(np.arange(layer + 1), room.shape)
+            out.key[:, : layer + 1, layer + 1] = np.where(ok, key[starts, state], 0)
+            out.size[:, : layer + 1, layer + 1] = np.where(ok, size[starts, state], 0)
+            for i in range(len(carried)):
+                got = size if sums[i] is None else sums[i]
+                out.sums[i][:, : layer + 1, layer + 1] = np.where(ok, got[starts, state], 0)
+    return outs
 
 
 def uniform_table(units: Units, carried: list[np.ndarray], rooms: np.ndarray) -> Fills | None:

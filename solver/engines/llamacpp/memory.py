@@ -1103,18 +1103,143 @@ def compute_bytes(
     """Compute buffer bytes per backend (the devices in order, then the CPU). ``offload_min_batch``
     models a GPU build's op offload (``CUDA_OFFLOAD_MIN_BATCH``) on device ``offload_from`` (the first
     local GPU: the devices before it are remote), whose weight copies take the bytes ``weight_bytes``
-    gives (a weight's stored bytes by name); 0, the CPU-backed RPC devices', never offloads."""
-    unplaced = build_graph(g, effective(f))
-    _place(unplaced, g, p)
-    be = dataclasses.replace(
-        ggmlalloc.rpc_backends(p.n_devices), offload_min_batch=offload_min_batch, offload_from=offload_from
-    )
-    copies = ggmlalloc.MAX_COPIES if pipeline_parallel(g, p) else 1
-    sched = ggmlalloc.schedule(unplaced.graph, be, copies, weight_bytes if offload_min_batch else None)
-    try:
-        return ggmlalloc.allocate(sched, len(be.names), ALIGNMENT)
-    finally:
-        sched.restore()
+    gives (a weight's stored bytes by name); 0, the CPU-backed RPC devices', never offloads.
+
+    A --fit run sizes tens of placements that differ only in how many layers alike a device runs, so
+    the figures are kept by the placement's ``_Runs.key`` and computed once per key."""
+    runs = _runs(g, effective(f))
+    _place(runs.unplaced, g, p)
+    pipeline = pipeline_parallel(g, p)
+    key = runs.key(p.n_devices, pipeline, offload_min_batch, offload_from, weight_bytes)
+    figures = runs.figures.get(key)
+    if figures is None:
+        be = dataclasses.replace(
+            ggmlalloc.rpc_backends(p.n_devices),
+            offload_min_batch=offload_min_batch,
+            offload_from=offload_from,
+        )
+        copies = ggmlalloc.MAX_COPIES if pipeline else 1
+        stored = weight_bytes if offload_min_batch else None
+        sched = ggmlalloc.schedule(runs.unplaced.graph, be, copies, stored)
+        try:
+            figures = runs.figures[key] = tuple(ggmlalloc.allocate(sched, len(be.names), ALIGNMENT))
+        finally:
+            sched.restore()
+    return list(figures)
+
+
+#: Slices alike in a row (the same ops over weights and caches in the same buffers) past which the
+#: compute buffer does not change: the allocator's free list repeats from one layer to the next within
+#: a layer or two, so a key counts longer runs as this many (tests/engines/test_compute_key.py holds
+#: the key to recorded commands and random placements with runs capped at half of it).
+RUN_CAP = 4
+
+
+@dataclass(frozen=True)
+class _Runs:
+    """A reservation graph cut into slices, each starting at the first op that reads a weight of a
+    later layer than the slice before: each slice's ``shape`` (equal ids: the same ops, shapes and
+    strides over the same kinds of sources, the layer number aside), the pre-allocated tensors it reads
+    (``reads``, weights marked), and the figures computed so far by key."""
+
+    unplaced: _Unplaced
+    shapes: tuple[int, ...]
+    reads: tuple[tuple[Tensor, ...], ...]
+    figures: dict[tuple, tuple[int, ...]] = field(default_factory=dict)
+
+    def key(
+        self,
+        n_devices: int,
+        pipeline: bool,
+        offload_min_batch: int,
+        offload_from: int,
+        weight_bytes: Callable[[str], int | None] | None,
+    ) -> tuple:
+        """What the compute buffer of the graph as now placed depends on: the devices, pipeline
+        parallelism, the op offload (from which batch, on which device), and each run of alike slices
+        (shape, the buffers of what they read, the stored bytes an offload copies) with its length
+        capped at ``RUN_CAP``."""
+        typed = weight_bytes if offload_min_batch else None
+        runs: list[list] = []
+        for shape, reads in zip(self.shapes, self.reads):
+            where = tuple(t.buffer for t in reads)
+            if typed is not None:
+                where += tuple(typed(t.name) for t in reads if t.weights)
+            if runs and runs[-1][0] == shape and runs[-1][1] == where:
+                runs[-1][2] += 1
+            else:
+                runs.append([shape, where, 1])
+        return (
+            n_devices,
+            pipeline,
+            offload_min_batch,
+            offload_from,
+            tuple((s, w, min(n, RUN_CAP)) for s, w, n in runs),
+        )
+
+
+_LAYER_OF_NAME = re.compile(r"^(?:blk\.|cache_[a-z]+_l)(\d+)")
+
+
+def _layer_of(t: Tensor) -> int:
+    """The layer a pre-allocated tensor (a weight or a cache) belongs to, or -1."""
+    m = _LAYER_OF_NAME.match(t.name) if t.buffer is not None else None
+    return int(m[1]) if m else -1
+
+
+@functools.lru_cache(maxsize=16)
+def _runs(g: Geometry, f: Flags) -> _Runs:
+    """The reservation graph of ``g`` at effective flags ``f`` cut into slices (see ``_Runs``)."""
+    unplaced = build_graph(g, f)
+    nodes = unplaced.graph.nodes
+    starts, current = [0], -1
+    for i, t in enumerate(nodes):
+        read = max((_layer_of(s) for s in t.src if s is not None and s.weights), default=-1)
+        if read > current:
+            current = read
+            if i:
+                starts.append(i)
+    starts.append(len(nodes))
+    index = {id(t): i for i, t in enumerate(nodes)}
+    index |= {id(t): ("leaf", i) for i, t in enumerate(unplaced.graph.leafs)}
+    ids: dict[tuple, int] = {}
+    shapes, reads = [], []
+    for k in range(len(starts) - 1):
+        ops, held = _slice(nodes, starts[k], starts[k + 1], starts[max(k - 1, 0)], index)
+        shapes.append(ids.setdefault(ops, len(ids)))
+        reads.append(held)
+    return _Runs(unplaced, tuple(shapes), tuple(reads))
+
+
+def _slice(
+    nodes: list[Tensor], s0: int, s1: int, before: int, index: dict[int, int | tuple[str, int]]
+) -> tuple[tuple, tuple[Tensor, ...]]:
+    """Nodes ``s0:s1`` as a shape (ops, types, shapes, strides, flags, and each source: a weight or
+    cache by its name with the layer relative to the slice's, a node of this slice or the one before
+    (from ``before``) by its offset, any other node or leaf by its index) and the pre-allocated
+    tensors they read."""
+    base = max((_layer_of(s) for t in nodes[s0:s1] for s in t.src if s is not None), default=-1)
+    held: list[Tensor] = []
+
+    def source(s: Tensor | None) -> tuple | None:
+        if s is None:
+            return None
+        if s.buffer is not None:
+            held.append(s)
+            n = _layer_of(s)
+            name = s.name.replace(str(n), "#", 1) if n >= 0 else s.name
+            return ("w" if s.weights else "c", name, n - base if n >= 0 else None)
+        i = index[id(s)]
+        if isinstance(i, tuple):
+            return i
+        return ("node", i - s0) if i >= before else ("at", i)
+
+    ops = tuple(
+        (t.op, t.type, t.ne, t.nb, t.view_offs, t.flags_input, t.flags_output, source(t.view_src),
+         tuple(source(s) for s in t.src))
+        for t in nodes[s0:s1]
+    )  # fmt: skip
+    return ops, tuple(held)
 
 
 def offload_batch(backend: str) -> int:

@@ -3,13 +3,14 @@ within its room (solver.engines.llamacpp.fill), and one stage's fill from the de
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from solver.engines.base import Weights
 from solver.engines.llamacpp.fields import LlamaFields
-from solver.engines.llamacpp.fill import best_set, dense_table, uniform_table
+from solver.engines.llamacpp.fill import Fills, Units, best_set, dense_tables, uniform_table
 from solver.engines.llamacpp.tensors import Costs, decision_scale
 from solver.problem.placement import StageFill
 from solver.problem.problem import Problem
@@ -36,42 +37,32 @@ class LlamaTable:
 
     @classmethod
     def build(cls, p: Problem) -> LlamaTable:
-        need = need_table(p)
-        room = room_of(p, need)
-        c = Costs.of(p)
-        k, n = p.n_gpus, p.n_layers
-        cpu12 = _units_ms(c.cpu)
-        mass = np.rint(c.cpu / max(float(c.cpu.sum()), 1e-300) * MASS_SCALE).astype(np.int64)
-        cpu_prefix = np.zeros(n + 1, dtype=np.int64)
-        np.add.at(cpu_prefix, c.layer + 1, cpu12)
-        cpu_prefix = np.cumsum(cpu_prefix)
-        size_prefix = np.zeros(n + 1, dtype=np.int64)
-        np.add.at(size_prefix, c.layer + 1, c.size)
-        size_prefix = np.cumsum(size_prefix)
-        dense12 = np.concatenate([np.zeros((1, k), dtype=np.int64), np.cumsum(_units_ms(c.dense), axis=0)])
-        gpu = np.zeros(room.shape, dtype=np.int64)
-        missed = np.zeros(room.shape, dtype=np.int64)
-        held_bytes = np.zeros(room.shape, dtype=np.int64)
-        held_mass = np.zeros(room.shape, dtype=np.int64)
-        scale = decision_scale(c)
-        a = np.arange(n + 1)[:, None]
-        b = np.arange(n + 1)[None, :]
-        layers_moe = c.n_moe[b] - c.n_moe[a]
-        for gs in _classes(c, scale):
-            units = c.units(gs[0], scale)
-            h12 = _units_ms(c.held[:, gs[0]])
-            carried = [h12, cpu12, mass, c.size]
-            fills = uniform_table(units, carried, room[gs]) or dense_table(units, carried, room[gs])
-            full = np.mod(fills.key, n + 1)
-            h_sum, c_sum, m_sum, bytes_sum = fills.sums
-            d = dense12[:, gs].T  # (G, L+1)
-            gpu[gs] = d[:, None, :] - d[:, :, None] + h_sum
-            sw12 = round(float(c.switch[gs[0]]) * FINE_TIME_SCALE)
-            missed[gs] = (cpu_prefix[b] - cpu_prefix[a])[None] - c_sum + sw12 * (layers_moe[None] - full)
-            held_bytes[gs] = bytes_sum
-            held_mass[gs] = m_sum
-        visible = size_prefix[b] - size_prefix[a]
-        return cls(p, need, room, gpu, missed, held_bytes, held_mass, np.broadcast_to(visible, room.shape))
+        return cls.build_many([p])[0]
+
+    @classmethod
+    def build_many(cls, ps: Sequence[Problem]) -> list[LlamaTable]:
+        """The table of each problem; problems whose GPUs value their units alike (one rig at several
+        contexts) share each class's fill DP (``dense_tables``), which only their rooms tell apart."""
+        parts = [_Part.of(p) for p in ps]
+        groups: dict[tuple, list[tuple[_Part, list[int]]]] = {}
+        for part in parts:
+            for gs in _classes(part.c, part.scale):
+                groups.setdefault(part.class_key(gs), []).append((part, gs))
+        for members in groups.values():
+            part0, gs0 = members[0]
+            units, carried = part0.units(gs0)
+            dense = []
+            for part, gs in members:
+                uniform = uniform_table(units, carried, part.room[gs])
+                if uniform is None:
+                    dense.append((part, gs))
+                else:
+                    part.fills[tuple(gs)] = uniform
+            if dense:
+                tables = dense_tables(units, carried, [part.room[gs] for part, gs in dense])
+                for (part, gs), fills in zip(dense, tables):
+                    part.fills[tuple(gs)] = fills
+        return [part.table(cls) for part in parts]
 
     def weigh(self, g: np.ndarray, a: np.ndarray, b: np.ndarray, scale: int, mass: bool) -> Weights:
         gpu = _rescale(self.gpu[g, a, b], scale)
@@ -87,6 +78,70 @@ class LlamaTable:
 
     def const_units(self, scale: int) -> int:
         return 0
+
+
+@dataclass(eq=False)
+class _Part:
+    """One problem's share of building its table: its rooms, costs, sums over layers, and the fill
+    of each class of GPUs (``_classes``) once computed."""
+
+    p: Problem
+    need: np.ndarray
+    room: np.ndarray
+    c: Costs
+    scale: int
+    fills: dict[tuple[int, ...], Fills]
+
+    @classmethod
+    def of(cls, p: Problem) -> _Part:
+        need = need_table(p)
+        c = Costs.of(p)
+        return cls(p, need, room_of(p, need), c, decision_scale(c), {})
+
+    def units(self, gs: list[int]) -> tuple[Units, list[np.ndarray]]:
+        """The class's units and the per-unit integers its fill carries: held time, CPU time, mass, bytes."""
+        c = self.c
+        cpu12 = _units_ms(c.cpu)
+        mass = np.rint(c.cpu / max(float(c.cpu.sum()), 1e-300) * MASS_SCALE).astype(np.int64)
+        return c.units(gs[0], self.scale), [_units_ms(c.held[:, gs[0]]), cpu12, mass, c.size]
+
+    def class_key(self, gs: list[int]) -> tuple:
+        """What the class's fill DP depends on besides the rooms."""
+        units, carried = self.units(gs)
+        arrays = (units.layer, units.slot, units.size, units.value, *carried)
+        return (units.sigma, units.n_layers, *(x.tobytes() for x in arrays))
+
+    def table(self, cls: type[LlamaTable]) -> LlamaTable:
+        """The table from the fills of every class."""
+        p, c, room = self.p, self.c, self.room
+        k, n = p.n_gpus, p.n_layers
+        cpu12 = _units_ms(c.cpu)
+        cpu_prefix = np.zeros(n + 1, dtype=np.int64)
+        np.add.at(cpu_prefix, c.layer + 1, cpu12)
+        cpu_prefix = np.cumsum(cpu_prefix)
+        size_prefix = np.zeros(n + 1, dtype=np.int64)
+        np.add.at(size_prefix, c.layer + 1, c.size)
+        size_prefix = np.cumsum(size_prefix)
+        dense12 = np.concatenate([np.zeros((1, k), dtype=np.int64), np.cumsum(_units_ms(c.dense), axis=0)])
+        gpu = np.zeros(room.shape, dtype=np.int64)
+        missed = np.zeros(room.shape, dtype=np.int64)
+        held_bytes = np.zeros(room.shape, dtype=np.int64)
+        held_mass = np.zeros(room.shape, dtype=np.int64)
+        a = np.arange(n + 1)[:, None]
+        b = np.arange(n + 1)[None, :]
+        layers_moe = c.n_moe[b] - c.n_moe[a]
+        for gs in _classes(c, self.scale):
+            fills = self.fills[tuple(gs)]
+            full = np.mod(fills.key, n + 1)
+            h_sum, c_sum, m_sum, bytes_sum = fills.sums
+            d = dense12[:, gs].T  # (G, L+1)
+            gpu[gs] = d[:, None, :] - d[:, :, None] + h_sum
+            sw12 = round(float(c.switch[gs[0]]) * FINE_TIME_SCALE)
+            missed[gs] = (cpu_prefix[b] - cpu_prefix[a])[None] - c_sum + sw12 * (layers_moe[None] - full)
+            held_bytes[gs] = bytes_sum
+            held_mass[gs] = m_sum
+        visible = np.broadcast_to(size_prefix[b] - size_prefix[a], room.shape)
+        return cls(p, self.need, room, gpu, missed, held_bytes, held_mass, visible)
 
 
 def _rescale(fine: np.ndarray, scale: int) -> np.ndarray:

@@ -4,6 +4,7 @@ llama-bench's value lists; ArgsError (one line) for a value llama.cpp would refu
 
 from __future__ import annotations
 
+import functools
 import importlib
 import math
 import re
@@ -101,18 +102,30 @@ def override_rules(flag: str, text: str, separator: str) -> list[tuple[str, str]
         pattern, eq, buft = rule.partition("=")
         if not eq:
             raise ArgsError(f"{flag} {text}: rule {rule!r} has no '=BUFFER_TYPE' (e.g. 'exps=CPU')")
-        try:
-            nested = _nested_repeat(_PARSER.parse(pattern))
-        except (re.error, RecursionError, OverflowError) as exc:
-            raise ArgsError(f"{flag} {text}: {pattern!r} is not a regular expression ({exc})") from None
-        if nested or len(pattern) > MAX_PATTERN:
-            why = "repeats a repeat" if nested else f"is longer than {MAX_PATTERN:,} characters"
+        bad, why = _pattern_fault(pattern)
+        if bad:
+            raise ArgsError(f"{flag} {text}: {pattern!r} is not a regular expression ({why})")
+        if why:
             raise ArgsError(
                 f"{flag} {text}: {pattern!r} {why}, which can take exponential time to match; "
                 "write it without the inner repeat (e.g. '.*' for '(.*)*')"
             )
         rules.append((pattern, buft))
     return rules
+
+
+@functools.lru_cache(maxsize=4096)
+def _pattern_fault(pattern: str) -> tuple[bool, str]:
+    """What is wrong with an ``-ot`` pattern: (True, the parser's error) for no regular expression,
+    (False, why) for one that can take exponential time, (False, "") for none (kept: fit's dry runs
+    repeat their rules)."""
+    try:
+        nested = _nested_repeat(_PARSER.parse(pattern))
+    except (re.error, RecursionError, OverflowError) as exc:
+        return True, str(exc)
+    if nested or len(pattern) > MAX_PATTERN:
+        return False, "repeats a repeat" if nested else f"is longer than {MAX_PATTERN:,} characters"
+    return False, ""
 
 
 def device_names(flag: str, text: str, separator: str) -> tuple[str, ...]:
