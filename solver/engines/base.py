@@ -176,6 +176,9 @@ class Engine:
     reads_llama_bench: ClassVar[bool] = False
     #: What ``--export`` prints, in a word: a command to paste, or flags for one the user starts.
     export_noun: ClassVar[str] = "command"
+    #: The engine that keeps in host RAM the experts no GPU holds, which a rig this engine cannot fit
+    #: may plan with instead (None: this engine does so itself, or none is known).
+    host_fallback: ClassVar[str | None] = None
     #: The KV cache types (solver.files.kvcache) the engine runs, its default first.
     kv_types: ClassVar[tuple[str, ...]] = ("f16",)
 

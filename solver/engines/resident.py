@@ -167,6 +167,7 @@ class Resident(BytesSpeed):
     rig_keys = (*BytesSpeed.rig_keys, "gpu_memory_utilization")
     rig_schema = ResidentKeys
     note = "every weight in VRAM, one pipeline stage per GPU"
+    host_fallback = "llama.cpp"
     #: The environment variable that takes the layers per stage.
     partition_env: ClassVar[str]
     #: The flag that takes the number of pipeline stages, and the one that takes the context.

@@ -29,7 +29,6 @@ from typing import Protocol
 import numpy as np
 
 from solver.engines import Table, engine_of, evaluate
-from solver.engines.llamacpp.fields import LlamaFields
 from solver.errors import InputError
 from solver.planning.build import build_arcs, kept_arcs
 from solver.planning.infeasible import allowed
@@ -237,25 +236,27 @@ def vram_hint(
 
 
 def engine_hint(p: Problem, reload: Reload, replan: Replan, limits: Limits, end: float) -> Hint | None:
-    """llama.cpp with host RAM, for a rig whose engine keeps every weight in VRAM."""
-    if p.engine not in ("vllm", "sglang") or time.perf_counter() >= end:
+    """The engine's ``host_fallback`` (llama.cpp) with host RAM, for a rig whose engine keeps every
+    weight in VRAM."""
+    alt = engine_of(p).host_fallback
+    if alt is None or time.perf_counter() >= end:
         return None
     try:
-        q = reload(engine="llama.cpp", host_bandwidth=HOST_BANDWIDTH)
+        q = reload(engine=alt, host_bandwidth=HOST_BANDWIDTH)
     except InputError:  # the model lacks what llama.cpp's tables read
         return None
     again = replan(q, _within(limits, end))
     if again.plan is None:
         return None
-    rate = int(LlamaFields.of(q).host_bandwidth or HOST_BANDWIDTH)
+    rate = int(q.engine_fields.host_bandwidth or HOST_BANDWIDTH)
     text = (
-        f"llama.cpp, which keeps the experts no GPU holds in host RAM, plans this rig: "
+        f"{alt}, which keeps the experts no GPU holds in host RAM, plans this rig: "
         f"{format_size(again.plan.host_bytes)} of experts in host memory, "
         f"{again.plan.tokens_per_s:.2f} tokens/s at host_bandwidth {format_rate(rate)} "
-        f"(solve {p.files.get('rig', 'RIG')} --engine llama.cpp; the rig needs host_bandwidth)"
+        f"(solve {p.files.get('rig', 'RIG')} --engine {alt}; the rig needs host_bandwidth)"
     )
     data = {
-        "engine": "llama.cpp",
+        "engine": alt,
         "host_bytes": again.plan.host_bytes,
         "tokens_per_s": again.plan.tokens_per_s,
         "host_bandwidth": rate,
