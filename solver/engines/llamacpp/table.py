@@ -172,7 +172,7 @@ class _Part:
         if self.cpu is None:
             return cls(p, self.need, room, gpu, missed, held_bytes, held_mass, visible)
         cpu_sums = self.sums("cpu")
-        cpu_room, layers = self.cpu.choose(room, gpu + missed, visible[0], cpu_sums)
+        cpu_room, layers = self.cpu.choose(room, gpu + missed, visible[0, 0], cpu_sums)
         room, gpu, missed, held_bytes, held_mass = (
             x.copy() for x in (room, gpu, missed, held_bytes, held_mass)
         )
