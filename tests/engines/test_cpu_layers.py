@@ -4,6 +4,7 @@ llama.cpp's loader maps it, and ``solve score`` of the export giving the plan ba
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import shlex
 from pathlib import Path
@@ -128,10 +129,8 @@ def _answers(p):
     CPU layers) on the problem's table."""
     arcs = build_arcs(p, build_table(p))
     sols = [solve_exhaustive(arcs), solve_cpsat(arcs, Limits(workers=1))]
-    try:
+    with contextlib.suppress(TooLarge):
         sols.append(exact_dp(arcs))
-    except TooLarge:
-        pass
     return sols
 
 
