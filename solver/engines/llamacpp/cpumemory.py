@@ -26,8 +26,9 @@ if TYPE_CHECKING:
 
 #: CPU layers past which the compute buffers no longer change: the buffer is the largest split's
 #: intermediates and weight copies, and a run of alike layers counts as at most ``memory.RUN_CAP`` in
-#: the figures' key, so a longer run on the CPU gives the same figures
-#: (tests/engines/test_cpu_layers_memory.py holds the figures of every c to those of this many).
+#: the figures' key, so a longer run on the CPU gives the same figures while the GPUs keep longer runs
+#: too. One GPU left fewer is counted with its own; the first of several left a layer or two may count
+#: a few KiB more (tests/engines/test_cpu_layers_memory.py holds the figures of many c to these).
 FIGURE_LAYERS = memory.RUN_CAP + 2
 
 
@@ -67,6 +68,10 @@ def cpu_layers_of(rig: RigConfig, model: ModelConfig) -> CpuLayers | None:
             host[c] = max(host[c], alone_host)
     for x in (first, only, host):
         x[FIGURE_LAYERS + 1 :] = x[min(n - 1, FIGURE_LAYERS)]
+    if alone:  # one GPU left a few layers: its own figures (its split is the plan's)
+        for c in range(max(FIGURE_LAYERS + 1, n - memory.RUN_CAP), n):
+            only[c], alone_host = _figures(g, flags, offload, stored, c, 1)
+            host[c] = max(host[c], alone_host)
     return CpuLayers(first if several else None, only if alone else None, host)
 
 
