@@ -1,8 +1,10 @@
 """Plan vs llama.cpp's --fit over emulated rigs: tokens/s of each and the gain, by model, card mix,
 card count and context (docs/engines.md, "--fit"). Every rig is planned with its own engine model;
---fit's placement is fit.cpp's algorithm on the same memory count, its printed command scored.
+--fit's placement is fit.cpp's algorithm on the same memory count, its printed command scored. With
+--cpu-layers, a rig that has no plan with every layer on a GPU is planned again with whole layers on
+the CPU allowed (``cpu_layers: true``), and that plan stands for it (its row says how many layers).
 
-    python scripts/fit-sweep.py [--json OUT]
+    python scripts/fit-sweep.py [--cpu-layers] [--json OUT]
 """
 
 from __future__ import annotations
@@ -55,6 +57,9 @@ def rig_text(model: str, mix: str, context: int) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", type=Path)
+    ap.add_argument(
+        "--cpu-layers", action="store_true", help="plan rigs with no all-GPU plan again with cpu_layers"
+    )
     args = ap.parse_args()
     out = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -62,6 +67,11 @@ def main() -> None:
             path = Path(tmp) / "rig.yaml"
             path.write_text(rig_text(model, mix, context))
             r = plan_rig(load_problem(path), Limits(workers=1))
+            cpu_layers = 0
+            if r.plan is None and args.cpu_layers:
+                path.write_text(rig_text(model, mix, context) + "cpu_layers: true\n")
+                r = plan_rig(load_problem(path), Limits(workers=1))
+                cpu_layers = r.plan.stages[0].cpu_layers if r.plan else 0
             fit = r.default
             row = {
                 "model": model,
@@ -71,10 +81,12 @@ def main() -> None:
                 "fit": fit.plan.tokens_per_s if fit.plan and fit.feasible else None,
             }
             row["gain"] = row["plan"] / row["fit"] if row["plan"] and row["fit"] else None
+            row["cpu_layers"] = cpu_layers
             out.append(row)
             print(
                 f"{model:24} {mix:24} {context:6} plan {row['plan'] or 0:8.2f} fit {row['fit'] or 0:8.2f} "
-                f"gain {(row['gain'] or 0):.3f}",
+                f"gain {(row['gain'] or 0):.3f}"
+                + (f" ({cpu_layers} layers on the CPU)" if cpu_layers else ""),
                 flush=True,
             )
     gains = [r["gain"] for r in out if r["gain"]]
