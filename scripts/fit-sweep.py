@@ -4,7 +4,7 @@ card count and context (docs/engines.md, "--fit"). Every rig is planned with its
 --cpu-layers, a rig that has no plan with every layer on a GPU is planned again with whole layers on
 the CPU allowed (``cpu_layers: true``), and that plan stands for it (its row says how many layers).
 
-    python scripts/fit-sweep.py [--cpu-layers] [--json OUT]
+    python scripts/fit-sweep.py [--cpu-layers] [--contexts 8192,32768] [--json OUT]
 """
 
 from __future__ import annotations
@@ -60,10 +60,14 @@ def main() -> None:
     ap.add_argument(
         "--cpu-layers", action="store_true", help="plan rigs with no all-GPU plan again with cpu_layers"
     )
+    ap.add_argument(
+        "--contexts", default=",".join(map(str, CONTEXTS)), help="contexts to plan at, comma-separated"
+    )
     args = ap.parse_args()
+    contexts = [int(x) for x in args.contexts.split(",")]
     out = []
     with tempfile.TemporaryDirectory() as tmp:
-        for model, mix, context in itertools.product(MODELS, MIXES, CONTEXTS):
+        for model, mix, context in itertools.product(MODELS, MIXES, contexts):
             path = Path(tmp) / "rig.yaml"
             path.write_text(rig_text(model, mix, context))
             r = plan_rig(load_problem(path), Limits(workers=1))
@@ -94,6 +98,14 @@ def main() -> None:
         f"{len(gains)} rigs: gain median {statistics.median(gains):.3f}, "
         f"min {min(gains):.3f}, max {max(gains):.3f}"
     )
+    on_cpu = [r["gain"] for r in out if r["cpu_layers"] and r["gain"]]
+    if on_cpu:
+        print(
+            f"{len(on_cpu)} planned with layers on the CPU: gain median {statistics.median(on_cpu):.3f}, "
+            f"min {min(on_cpu):.3f}, max {max(on_cpu):.3f}"
+        )
+    unplanned = [r for r in out if r["plan"] is None]
+    print(f"{len(unplanned)} with no plan, {sum(1 for r in unplanned if r['fit'])} of them run by --fit")
     if args.json:
         args.json.write_text(json.dumps(out, indent=1))
 

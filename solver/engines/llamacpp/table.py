@@ -1,8 +1,8 @@
 """llama.cpp's table: for every (GPU, range) the set of its units that makes the stage's time least
 within its room (solver.engines.llamacpp.fill), and one stage's fill from the definition. With
-``cpu_layers`` (solver.engines.llamacpp.cpulayers) a first range [0, b) also takes the number c of
-its first layers left wholly on the CPU that makes it least: the fill of [c, b) in the room those
-layers leave, plus their CPU time."""
+``cpu_layers`` (``CpuRanges``; their compute buffers: solver.engines.llamacpp.cpumemory) a first range
+[0, b) also takes the number c of its first layers left wholly on the CPU that makes it least: the
+fill of [c, b) in the room those layers leave, plus their CPU time."""
 
 from __future__ import annotations
 
@@ -97,7 +97,7 @@ class LlamaTable:
 class _Part:
     """One problem's share of building its table: its rooms, costs, sums over layers, and the fill
     of each class of GPUs (``_classes``) once computed, keyed by the class and which rooms it answers
-    (``room_sets``); with CPU layers, ``cpu`` (solver.engines.llamacpp.cpulayers.CpuRanges)."""
+    (``room_sets``); with CPU layers, ``cpu`` (``CpuRanges``)."""
 
     p: Problem
     need: np.ndarray
