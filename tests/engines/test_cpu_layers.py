@@ -149,7 +149,7 @@ def cpu_problems(draw: st.DrawFn):
     host = None
     if draw(st.booleans()):
         host = int(draw(st.floats(0.2, 1.5)) * (p.engine_fields.unit_bytes.sum() + p.layer_bytes[:2].sum()))
-    return with_cpu_layers(p, host)
+    return dataclasses.replace(with_cpu_layers(p, host), idle_gpus=draw(st.booleans()))
 
 
 def _same(sols) -> bool:
