@@ -207,14 +207,14 @@ def test_export_refuses_a_first_stage_wholly_on_the_cpu():
         llama_flags([4, 4], 8, [], None, cpu_layers=4)
 
 
-def _rig(tmp_path: Path, free: str, n: int, cpu_layers: bool) -> Path:
+def _rig(tmp_path: Path, free: str, n: int, cpu_layers: bool, depth: int = 0) -> Path:
     gpus = "".join(
         f"  - name: RTX 3060\n    free: {free}\n    reserve: 700 MiB\n    mem_bandwidth: 360 GB/s\n"
         for _ in range(n)
     )
     text = (
         f"name: cpu-layers\nmodel: {ROOT / 'models' / 'qwen3-235b-a22b-q4_k_m.yaml'}\nengine: llama.cpp\n"
-        f"host_bandwidth: 60 GB/s\ncontext: 32768\ngpus:\n{gpus}"
+        f"host_bandwidth: 60 GB/s\ncontext: 32768\ndepth: {depth}\ngpus:\n{gpus}"
         + ("cpu_layers: true\n" if cpu_layers else "")
     )
     path = tmp_path / "rig.yaml"
@@ -229,15 +229,15 @@ def _score_of_export(p, plan):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("free", "n"), [("11.5 GiB", 1), ("6 GiB", 2)])
-def test_a_rig_that_needs_cpu_layers_plans_and_scores_back(tmp_path, free, n):
+@pytest.mark.parametrize(("free", "n", "depth"), [("11.5 GiB", 1, 0), ("6 GiB", 2, 0), ("6 GiB", 2, 8192)])
+def test_a_rig_that_needs_cpu_layers_plans_and_scores_back(tmp_path, free, n, depth):
     """Qwen3-235B at 32K on one RTX 3060 (10.07 GiB needed, 10.00 there) and on two of 6 GiB: no plan
     with every layer on a GPU; with ``cpu_layers`` a plan whose export, scored, gives its window
     (1e-9) and prompt, fits every card, and the first GPU's memory as counted within the op offload's
     margin."""
-    off = plan_rig(load_problem(_rig(tmp_path, free, n, False)), Limits(workers=1))
+    off = plan_rig(load_problem(_rig(tmp_path, free, n, False, depth)), Limits(workers=1))
     assert off.plan is None
-    p = load_problem(_rig(tmp_path, free, n, True))
+    p = load_problem(_rig(tmp_path, free, n, True, depth))
     r = plan_rig(p, Limits(workers=1))
     assert r.plan is not None and r.plan.stages[0].cpu_layers > 0
     scored = _score_of_export(p, r.plan)
@@ -260,3 +260,20 @@ def test_the_flag_is_the_key(tmp_path):
     with_flag = load_problem(_rig(tmp_path, "11.5 GiB", 1, False), Overrides(cpu_layers=True))
     assert with_flag.engine_fields.cpu_layers is not None
     assert np.array_equal(with_key.engine_fields.cpu_layers.only, with_flag.engine_fields.cpu_layers.only)
+
+
+def test_a_layer_on_the_cpu_reads_its_kv_cache_from_host_memory_at_depth(tmp_path):
+    """``-ngl`` leaves layer 0 on the CPU: at a decode depth of d tokens it reads d tokens of its KV
+    cache at host_bandwidth besides its weights."""
+    args = ["-c", "32768", "-ngl", "94", "-ot", "exps=CPU"]
+    got = []
+    for depth in (0, 8192):
+        p = load_problem(_rig(tmp_path, "11.5 GiB", 1, False, depth))
+        engine = engine_of(p)
+        got.append(engine.score(p, engine.read_command(args)))
+    kv = int(p.kv_per_layer[0])
+    gpu = sum(s.compute_ms for s in got[1].placement.stages) - sum(
+        s.compute_ms for s in got[0].placement.stages
+    )
+    cpu = got[1].placement.window_ms - got[0].placement.window_ms - gpu
+    assert cpu == pytest.approx(1000.0 * 8192 * kv / 60e9, rel=1e-9)

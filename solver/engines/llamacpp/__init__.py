@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
-from solver.engines.bandwidth import MOE_LAYER_MS, BytesSpeed, dense_of
+from solver.engines.bandwidth import MOE_LAYER_MS, BytesSpeed, host_read_of
 from solver.engines.base import Orders, PlanCell, Required, Resolved, Shape, StageCell, ms
 from solver.engines.export import (
     LLAMA_MAX_SPLITS,
@@ -328,7 +328,7 @@ class LlamaCpp(BytesSpeed):
         """Every unit on the CPU with its layer's switch, and with CPU layers every dense byte there too."""
         c = Costs.of(p)
         f = LlamaFields.of(p)
-        dense = 1000.0 * float(dense_of(p).sum()) / float(f.host_bandwidth or 1) if f.cpu_layers else 0.0
+        dense = 1000.0 * float(host_read_of(p).sum()) / float(f.host_bandwidth or 1) if f.cpu_layers else 0.0
         return float(c.cpu.sum()) + float(c.switch.max(initial=0.0)) * int(c.n_moe[-1]) + dense
 
     def orders(self, p: Problem) -> Orders | None:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from solver.engines.bandwidth import dense_of
+from solver.engines.bandwidth import host_read_of
 from solver.engines.base import Weights
 from solver.engines.llamacpp.fields import LlamaFields
 from solver.engines.llamacpp.fill import Fills, Units, best_set, dense_tables, uniform_table
@@ -204,8 +204,8 @@ class CpuRanges:
 
     room (k, L+1, L+1)  room of GPU g running [c, b) after them (-1 where it cannot: c = 0, the GPU
                         not on the main machine, fewer than its stage's least layers left to it)
-    ms, ms12 (L+1,)     their CPU time: dense bytes and the experts' active share at host_bandwidth
-                        (float ms, and integers of 1e-12 ms)
+    ms, ms12 (L+1,)     their CPU time: dense bytes (and KV cache at the decode depth) and the
+                        experts' active share at host_bandwidth (float ms, integers of 1e-12 ms)
     host (L+1,)         host bytes they take beyond their experts: weights and KV cache, and what the
                         host's compute buffer grows by with them there (against host_memory)
     """
@@ -223,7 +223,7 @@ class CpuRanges:
         n = p.n_layers
         figures = f.cpu_layers
         rate = float(f.host_bandwidth or 1)
-        dense = np.concatenate([[0.0], np.cumsum(dense_of(p).astype(np.float64))])
+        dense = np.concatenate([[0.0], np.cumsum(host_read_of(p))])
         ms = 1000.0 * dense / rate + np.array([float(c.cpu[c.layer < x].sum()) for x in range(n + 1)])
         host = np.concatenate([[0], np.cumsum(p.layer_bytes)])
         if figures.host is not None and p.host_memory is not None:
