@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from solver.engines.llamacpp import memory
+from solver.engines.llamacpp.flags import moe_rules
 from solver.engines.llamacpp.ggmlalloc import row_size
 from solver.files.config import ModelConfig, load_model
 from solver.units import per_layer
@@ -42,13 +43,15 @@ def _geometry(log: dict, model: ModelConfig | None) -> memory.Geometry:
 
 
 def _typed_bytes(log: dict, g: memory.Geometry) -> Callable[[str], int]:
-    """Each weight's stored bytes by name, from the types the log names (one type for every weight but
-    the f32 ones)."""
+    """Each weight's stored bytes by name, from the types the log names: ``by_name`` (a part of the
+    name and its type), else f32 for the ``f32_names``, else the default."""
     types = log.get("weight_types", {"default": "f16", "f32_names": []})
     shapes = memory.weight_shapes(g)
 
     def size(name: str) -> int:
-        kind = "f32" if any(s in name for s in types["f32_names"]) else types["default"]
+        named = [t for part, t in types.get("by_name", {}).items() if part in name]
+        f32 = any(s in name for s in types["f32_names"])
+        kind = named[0] if named else "f32" if f32 else types["default"]
         ne = shapes[name]
         return row_size(kind, ne[0]) * math.prod(ne[1:])
 
@@ -58,7 +61,7 @@ def _typed_bytes(log: dict, g: memory.Geometry) -> Callable[[str], int]:
 def _placement(log: dict) -> memory.Placement:
     pl = log["placement"]
     split = tuple(pl["tensor_split"]) if "tensor_split" in pl else None
-    overrides = tuple(map(tuple, pl["overrides"]))
+    overrides = tuple(map(tuple, pl["overrides"])) + tuple(moe_rules(pl.get("n_cpu_moe", 0)))
     return memory.Placement(pl["n_devices"], pl["n_gpu_layers"], split, overrides)
 
 
