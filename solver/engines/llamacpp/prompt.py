@@ -90,7 +90,8 @@ class PromptModel:
     window (L,)     sliding-window length of each layer (0: full attention)
     pcie_given (k,) the rig gives the GPU's ``pcie_bandwidth`` (the rate copies reach: no
                     ``pcie_efficiency`` applies to it)
-    efficiency, pcie_efficiency: the matrix and PCIe efficiencies ``flops`` and ``pcie`` hold
+    efficiency, pcie_efficiency: the matrix share (the mean of the GPUs') and the PCIe efficiency
+                    ``flops`` and ``pcie`` hold: where calibration starts
     """
 
     flops: np.ndarray
