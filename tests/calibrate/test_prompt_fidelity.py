@@ -4,7 +4,9 @@ tests/helpers/prompt_fidelity.py predicts every run with the default constants (
 ``solve calibrate``'s prompt fit on each machine's first run alone (after; the other runs held out).
 BASELINE is what it gave when recorded (``python tests/helpers/prompt_fidelity.py``); a change that
 improves it should move the baseline. HELD_OUT_FLOOR is the share of held-out runs within 20% the
-calibrated model must reach whatever the baseline.
+calibrated model must reach whatever the baseline. The prompt model's one fitted constant,
+EXPERT_EFFICIENCY, is refitted here from the public rows it was fitted to (not scored runs), so it
+cannot drift to the scored runs unnoticed.
 """
 
 from __future__ import annotations
