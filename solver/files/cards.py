@@ -62,6 +62,7 @@ class Card:
     aka: tuple[str, ...] = ()
     pcie: str | None = None
     tflops: float | None = None
+    matrix_efficiency: float | None = None
 
     @property
     def pcie_bandwidth(self) -> int | None:

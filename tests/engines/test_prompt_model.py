@@ -1,5 +1,6 @@
 """The llama.cpp prompt time model's rules: FLOPs from the model's shapes, causal and windowed
-attention, only the routed experts copied, ik_llama.cpp's own offload threshold."""
+attention, only the routed experts copied, ik_llama.cpp's own offload threshold, each card at its own
+measured share of its throughput and the experts at the MoE block's share of that."""
 
 from __future__ import annotations
 
@@ -11,7 +12,14 @@ import pytest
 
 from solver.engines import REGISTRY, engine_named
 from solver.engines.llamacpp.fields import LlamaFields
-from solver.engines.llamacpp.prompt import geometry_flops, prompt_model
+from solver.engines.llamacpp.prompt import (
+    EXPERT_EFFICIENCY,
+    EXPERT_HALF_TOKENS,
+    MATRIX_EFFICIENCY,
+    geometry_flops,
+    prompt_model,
+)
+from solver.files.cards import cards
 from solver.files.config import load_model, load_rig
 from solver.planning.resolve import Overrides, load_problem
 from tests.calibrate.test_calibrate_llama import make_rig
@@ -73,3 +81,33 @@ def test_ik_llama_offloads_cpu_experts_from_its_own_threshold(tmp_path: Path) ->
 def test_ik_reads_the_micro_batch_of_a_command() -> None:
     args = engine_named("ik_llama.cpp").read_command(["-ngl", "99", "-ub", "4096", "-b", "8192"])
     assert (args.n_ubatch, args.n_batch) == (4096, 8192)
+
+
+def test_each_card_computes_at_its_measured_share_unless_the_rig_gives_one(tmp_path: Path) -> None:
+    rig, _ = load_rig(ROOT / "rigs" / "gpt-oss-4090-3090-3060.yaml", REGISTRY)
+    model, _ = load_model(GPT_OSS)
+    experts = np.full(model.layers, float(model.experts))
+    pm = prompt_model(rig, model, experts)
+    shares = [
+        cards()[n].matrix_efficiency or MATRIX_EFFICIENCY for n in ("RTX 4090", "RTX 3090", "RTX 3060 12GB")
+    ]
+    tflops = np.array([cards()[n].tflops for n in ("RTX 4090", "RTX 3090", "RTX 3060 12GB")])
+    assert shares[2] == MATRIX_EFFICIENCY  # no public dense run in the card table
+    assert pm.flops == pytest.approx(tflops * 1e12 * np.array(shares))
+    assert pm.efficiency == pytest.approx(np.mean(shares))  # where calibration starts
+    path = tmp_path / "rig.yaml"
+    text = (
+        (ROOT / "rigs" / "gpt-oss-4090-3090-3060.yaml").read_text().replace("../models/", f"{ROOT}/models/")
+    )
+    path.write_text(text.replace("\ngpus:", "\nengine: llama.cpp\nmatrix_efficiency: 0.3\ngpus:", 1))
+    given, _ = load_rig(path, REGISTRY)
+    assert prompt_model(given, model, experts).flops == pytest.approx(tflops * 1e12 * 0.3)
+
+
+def test_expert_flops_run_at_the_moe_share_of_the_dense_rate() -> None:
+    pm = _pm()
+    m = 4096
+    t = m * float(pm.tokens_share[0])
+    sat = EXPERT_EFFICIENCY * t / (t + EXPERT_HALF_TOKENS)
+    flops = m * float(pm.dense[0]) + pm.keys_flops(0, 1, m, 0) + m * float(pm.expert[0]) / sat
+    assert pm.stage_ms(0, 0, 1, 0, m, 0) == pytest.approx(1000.0 * flops / float(pm.flops[0]))

@@ -12,9 +12,9 @@ import pytest
 
 from solver.engines import REGISTRY, Engine, Resolved
 from solver.engines.llamacpp.fields import LlamaFields
-from solver.engines.llamacpp.prompt import MATRIX_EFFICIENCY
 from solver.engines.strata import StrataFields
 from solver.errors import InputError
+from solver.files.cards import cards
 from solver.files.config import Count, EngineKeys, NonNegMs, check_rig, rig_schema
 from solver.files.yamlfile import parse_yaml
 from solver.planning.resolve import load_problem
@@ -61,7 +61,8 @@ def test_each_engine_reads_its_own_keys(tmp_path):
     )
     fields = LlamaFields.of(load_problem(rig))
     assert (fields.n_ubatch, fields.flash_attn) == (256, False)
-    assert fields.prompt.flops[0] == pytest.approx(100e12 * MATRIX_EFFICIENCY)
+    # the rig's throughput, at the card's own share of it
+    assert fields.prompt.flops[0] == pytest.approx(100e12 * cards()["RTX 4090"].matrix_efficiency)
     box = shipped("box.yaml", tmp_path, "").read_text().replace("miss_ms: 190", "miss_ms: 50")
     (tmp_path / "box.yaml").write_text(box)
     assert StrataFields.of(load_problem(tmp_path / "box.yaml")).miss_ms == 50

@@ -21,8 +21,9 @@ from pathlib import Path
 
 import yaml
 
+from solver.calibrate.llamafit import prompt_start
 from solver.calibrate.measured import Run
-from solver.calibrate.promptfit import PromptScoring, fit_prompt, prompt_line, start_x
+from solver.calibrate.promptfit import PromptScoring, fit_prompt, prompt_line
 from solver.engines import engine_named
 from tests.helpers.fidelity import _rig, relative_error, rows_of
 
@@ -49,7 +50,7 @@ def machine_rows(path: Path, folder: Path) -> list[Row]:
     doc.setdefault("host_bandwidth_nominal", "unknown")
     problems = {}
     runs = [r for r in doc["runs"] if "exclude" not in r]
-    x0 = start_x(None, None)
+    x0 = None
     scorings = []
     for i, r in enumerate(runs):
         model_file = (FOLDER / r.get("model_file", doc["model_file"])).resolve()
@@ -58,6 +59,7 @@ def machine_rows(path: Path, folder: Path) -> list[Row]:
         if key not in problems:
             problems[key] = _rig(doc, model_file, folder, name)
         p = problems[key]
+        x0 = prompt_start(p) if x0 is None else x0  # the machine's constants as its first run starts them
         engine = engine_named(name)
         args = engine.read_command(shlex.split(r["flags"]))
         scored = engine.score(p, args)

@@ -8,11 +8,12 @@ each through every stage. Per micro-batch of ``m`` tokens a GPU stage costs:
   weights, and ``active_experts`` of the layer's experts: counted from the model's ``geometry`` where it
   has one, else from the bytes at ``dense_bits`` / ``expert_bits``), plus attention, ``2 * n_head *
   (head_k + head_v)`` per key a token attends to, at the card's matrix throughput (``tflops`` of the
-  card table, or the GPU's ``matrix_tflops``) times ``matrix_efficiency``. With flash attention a
+  card table, or the GPU's ``matrix_tflops``) times ``matrix_efficiency`` (the rig's, else the share a
+  dense model's prompt reached on the card, else MATRIX_EFFICIENCY). With flash attention a
   token attends to the keys up to its own (the kernels stop at the last unmasked key of their tile), a
   sliding-window layer to at most its window plus the micro-batch; without, to the whole cache view. An
-  expert matrix sees only ``m * active / experts`` tokens, and runs at ``t / (t + EXPERT_HALF_TOKENS)``
-  of that rate with ``t`` tokens;
+  expert matrix sees only ``m * active / experts`` tokens, and runs at ``EXPERT_EFFICIENCY * t / (t +
+  EXPERT_HALF_TOKENS)`` of that rate with ``t`` tokens;
 * **copies**: each expert tensor kept in host memory is copied to the stage's GPU over PCIe once per
   micro-batch and computed there when ``m >= min_batch`` (ggml-cuda's ``ggml_backend_cuda_device_
   offload_op``: ``GGML_OP_OFFLOAD_MIN_BATCH`` = 32 tokens; an engine with its own threshold gives
@@ -45,11 +46,18 @@ if TYPE_CHECKING:
 #: ggml-cuda's GGML_OP_OFFLOAD_MIN_BATCH: a weight in host memory is copied to the GPU for a batch of at
 #: least this many tokens, else the CPU computes with it.
 OFFLOAD_MIN_BATCH = 32
-#: Share of the card's dense FP16 matrix throughput prompt processing reaches: llama-bench pp512 of
-#: Llama 3 8B fully on one GPU, 2 x 6.98 B matrix weights x tokens/s over the card's figure: RTX 4090
-#: Q4_0 10,359 t/s (0.44 of 330 TFLOPS, llama.cpp PR #7676), RTX 3090 Q6_K 3,491 t/s (pp2048, 0.34 of
-#: 142 TFLOPS, PR #7860).
+#: Share of the card's dense FP16 matrix throughput prompt processing reaches on a card the card table
+#: gives no share of its own: llama-bench pp512 of Llama 3 8B fully on one GPU, 2 x 6.98 B matrix
+#: weights x tokens/s over the card's figure: RTX 4090 Q4_0 10,359 t/s (0.44 of 330 TFLOPS, llama.cpp
+#: PR #7676), RTX 3090 Q6_K 3,491 t/s (pp2048, 0.34 of 142 TFLOPS, PR #7860).
 MATRIX_EFFICIENCY = 0.4
+#: Share of the dense rate the MoE block reaches per expert FLOP once each expert sees enough tokens:
+#: the router, the sort of the tokens by expert, the activations gathered and quantized per expert, the
+#: products by id and the weighted sum cost more than a dense layer's one product per weight. Fitted
+#: (least squares of the log error) to the two public rows of gpt-oss-20b fully on one RTX 3090 in
+#: llama.cpp PR #20586 (-ub 256 and 512, pp512: 3,086 and 4,739 t/s), with the card's dense share from
+#: the same table (Gemma 2B Q4_0, 0.43); none of the measured prompt runs the fidelity table scores.
+EXPERT_EFFICIENCY = 0.45
 #: Tokens per expert at which an expert matrix runs at half the dense rate: llama.cpp PR #26977's
 #: Qwen3-30B-A3B rows (128 experts, 8 active) gain 1.50x from 4 to 8 and 1.66x from 8 to 16 tokens per
 #: expert, what t / (t + 16) gives (1.67x, 1.50x).
@@ -82,7 +90,8 @@ class PromptModel:
     window (L,)     sliding-window length of each layer (0: full attention)
     pcie_given (k,) the rig gives the GPU's ``pcie_bandwidth`` (the rate copies reach: no
                     ``pcie_efficiency`` applies to it)
-    efficiency, pcie_efficiency: the matrix and PCIe efficiencies ``flops`` and ``pcie`` hold
+    efficiency, pcie_efficiency: the matrix share (the mean of the GPUs') and the PCIe efficiency
+                    ``flops`` and ``pcie`` hold: where calibration starts
     dense_bytes (L,) bytes of each layer's weights besides its experts (what a layer wholly on the CPU
                     copies to the GPU; None: unknown, none copied)
     """
@@ -138,12 +147,17 @@ class PromptModel:
         used = 1.0 - (1.0 - np.clip(self.tokens_share[a:b], 0.0, 1.0)) ** m
         return float(np.sum(eb * used)) / total
 
+    def expert_work(self, a: int, b: int, m: int) -> float:
+        """The dense-rate FLOPs the experts of layers [a, b) cost a GPU on a micro-batch of ``m`` tokens:
+        each expert matrix sees ``m * active / experts`` of them, at the MoE block's share of the rate."""
+        t = m * self.tokens_share[a:b]
+        sat = EXPERT_EFFICIENCY * np.where(t > 0, t / (t + EXPERT_HALF_TOKENS), 1.0)
+        return float(np.sum(self.expert[a:b] * m / sat))
+
     def stage_ms(self, g: int, a: int, b: int, host_bytes: int, m: int, pos: int) -> float:
         """ms GPU g takes for layers [a, b) on a micro-batch of ``m`` tokens after ``pos`` in the cache,
         with ``host_bytes`` of their experts in host memory."""
-        t = m * self.tokens_share[a:b]
-        sat = np.where(t > 0, t / (t + EXPERT_HALF_TOKENS), 1.0)
-        expert = float(np.sum(self.expert[a:b] * m / sat))
+        expert = self.expert_work(a, b, m)
         work = m * float(self.dense[a:b].sum()) + self.keys_flops(a, b, m, pos)
         ms = 0.0
         if host_bytes:
@@ -168,9 +182,7 @@ class PromptModel:
         if m < self.min_batch:
             work = m * float(self.dense[:c].sum() + self.expert[:c].sum()) + attention
             return 1000.0 * work / self.cpu_flops
-        t = m * self.tokens_share[:c]
-        sat = np.where(t > 0, t / (t + EXPERT_HALF_TOKENS), 1.0)
-        gpu = m * float(self.dense[:c].sum()) + float(np.sum(self.expert[:c] * m / sat))
+        gpu = m * float(self.dense[:c].sum()) + self.expert_work(0, c, m)
         dense = float(self.dense_bytes[:c].sum()) if self.dense_bytes is not None else 0.0
         copied = dense + float(self.expert_bytes[:c].sum()) * self.copied_share(0, c, m)
         pcie = max(float(self.pcie[g]), 1.0)
@@ -243,6 +255,14 @@ def gpu_tflops(gpu: GpuConfig) -> float | None:
     return card.tflops if card is not None else None
 
 
+def gpu_matrix_efficiency(gpu: GpuConfig) -> float:
+    """The share of the GPU's matrix throughput prompt processing reaches by default: the card table's
+    measured share, else MATRIX_EFFICIENCY."""
+    card = _card(gpu)
+    share = card.matrix_efficiency if card is not None else None
+    return MATRIX_EFFICIENCY if share is None else share
+
+
 def gpu_pcie(gpu: GpuConfig) -> float | None:
     """Bytes/s of the GPU's host link: its rig entry's ``pcie_bandwidth`` (the rate copies reach), else
     the card table's link rate (PCIE_EFFICIENCY is applied to that one only)."""
@@ -289,9 +309,17 @@ def prompt_model(rig: RigConfig, model: ModelConfig, experts: np.ndarray) -> Pro
     """The rig's and model's prompt constants (the module docstring); ``experts`` (L,) routed experts
     per layer."""
     keys = rig.keys(LlamaKeys)
-    eff = MATRIX_EFFICIENCY if keys.matrix_efficiency is None else keys.matrix_efficiency
+    shares = np.array(
+        [
+            gpu_matrix_efficiency(g) if keys.matrix_efficiency is None else keys.matrix_efficiency
+            for g in rig.gpus
+        ],
+        dtype=np.float64,
+    )
+    # the one share calibration starts from and writes back (every GPU's, for a rig of one kind of card)
+    eff = float(shares.mean()) if len(shares) else MATRIX_EFFICIENCY
     pcie_eff = PCIE_EFFICIENCY if keys.pcie_efficiency is None else keys.pcie_efficiency
-    flops = np.array([(gpu_tflops(g) or 0.0) * 1e12 * eff for g in rig.gpus], dtype=np.float64)
+    flops = np.array([(gpu_tflops(g) or 0.0) * 1e12 for g in rig.gpus], dtype=np.float64) * shares
     pcie = []
     for g in rig.gpus:
         rate = gpu_pcie(g) or 0.0
