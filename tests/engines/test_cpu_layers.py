@@ -185,6 +185,8 @@ def test_solvers_agree_on_random_rigs_with_cpu_layers(p):
         ([10, 30, 8], 48, 9),
         ([47, 1], 48, 46),
         ([5, 5, 5], 16, 4),
+        ([30, 16], 47, 5),  # GLM-4.5-Air: an MTP block after the planned 46 layers, on the last device
+        ([46], 47, 20),
     ],
 )
 def test_ngl_and_tensor_split_put_each_layer_where_planned(sizes, n_blocks, c):
