@@ -90,7 +90,7 @@ def main() -> None:
             print(
                 f"{model:24} {mix:24} {context:6} plan {row['plan'] or 0:8.2f} fit {row['fit'] or 0:8.2f} "
                 f"gain {(row['gain'] or 0):.3f}"
-                + (f" ({cpu_layers} layers on the CPU)" if cpu_layers else ""),
+                + (f" ({cpu_layers} layer(s) on the CPU)" if cpu_layers else ""),
                 flush=True,
             )
     gains = [r["gain"] for r in out if r["gain"]]
