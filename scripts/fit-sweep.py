@@ -1,8 +1,10 @@
 """Plan vs llama.cpp's --fit over emulated rigs: tokens/s of each and the gain, by model, card mix,
 card count and context (docs/engines.md, "--fit"). Every rig is planned with its own engine model;
---fit's placement is fit.cpp's algorithm on the same memory count, its printed command scored.
+--fit's placement is fit.cpp's algorithm on the same memory count, its printed command scored. With
+--cpu-layers, a rig that has no plan with every layer on a GPU is planned again with whole layers on
+the CPU allowed (``cpu_layers: true``), and that plan stands for it (its row says how many layers).
 
-    python scripts/fit-sweep.py [--json OUT]
+    python scripts/fit-sweep.py [--cpu-layers] [--contexts 8192,32768] [--json OUT]
 """
 
 from __future__ import annotations
@@ -55,13 +57,25 @@ def rig_text(model: str, mix: str, context: int) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", type=Path)
+    ap.add_argument(
+        "--cpu-layers", action="store_true", help="plan rigs with no all-GPU plan again with cpu_layers"
+    )
+    ap.add_argument(
+        "--contexts", default=",".join(map(str, CONTEXTS)), help="contexts to plan at, comma-separated"
+    )
     args = ap.parse_args()
+    contexts = [int(x) for x in args.contexts.split(",")]
     out = []
     with tempfile.TemporaryDirectory() as tmp:
-        for model, mix, context in itertools.product(MODELS, MIXES, CONTEXTS):
+        for model, mix, context in itertools.product(MODELS, MIXES, contexts):
             path = Path(tmp) / "rig.yaml"
             path.write_text(rig_text(model, mix, context))
             r = plan_rig(load_problem(path), Limits(workers=1))
+            cpu_layers = 0
+            if r.plan is None and args.cpu_layers:
+                path.write_text(rig_text(model, mix, context) + "cpu_layers: true\n")
+                r = plan_rig(load_problem(path), Limits(workers=1))
+                cpu_layers = r.plan.stages[0].cpu_layers if r.plan else 0
             fit = r.default
             row = {
                 "model": model,
@@ -71,10 +85,12 @@ def main() -> None:
                 "fit": fit.plan.tokens_per_s if fit.plan and fit.feasible else None,
             }
             row["gain"] = row["plan"] / row["fit"] if row["plan"] and row["fit"] else None
+            row["cpu_layers"] = cpu_layers
             out.append(row)
             print(
                 f"{model:24} {mix:24} {context:6} plan {row['plan'] or 0:8.2f} fit {row['fit'] or 0:8.2f} "
-                f"gain {(row['gain'] or 0):.3f}",
+                f"gain {(row['gain'] or 0):.3f}"
+                + (f" ({cpu_layers} layer(s) on the CPU)" if cpu_layers else ""),
                 flush=True,
             )
     gains = [r["gain"] for r in out if r["gain"]]
@@ -82,6 +98,14 @@ def main() -> None:
         f"{len(gains)} rigs: gain median {statistics.median(gains):.3f}, "
         f"min {min(gains):.3f}, max {max(gains):.3f}"
     )
+    on_cpu = [r["gain"] for r in out if r["cpu_layers"] and r["gain"]]
+    if on_cpu:
+        print(
+            f"{len(on_cpu)} planned with layers on the CPU: gain median {statistics.median(on_cpu):.3f}, "
+            f"min {min(on_cpu):.3f}, max {max(on_cpu):.3f}"
+        )
+    unplanned = [r for r in out if r["plan"] is None]
+    print(f"{len(unplanned)} with no plan, {sum(1 for r in unplanned if r['fit'])} of them run by --fit")
     if args.json:
         args.json.write_text(json.dumps(out, indent=1))
 

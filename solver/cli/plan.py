@@ -90,6 +90,7 @@ class PlanOptions:
     generate: int | None
     default: str | None
     workers: int
+    cpu_layers: bool = False
 
     def overrides(self) -> Overrides:
         return Overrides(
@@ -105,6 +106,7 @@ class PlanOptions:
             flash_attn=self.flash_attn,
             prompt=self.prompt,
             generate=self.generate,
+            cpu_layers=self.cpu_layers,
         )
 
     def limits(
@@ -211,6 +213,12 @@ def _progress(enabled: bool) -> tuple[Callable[[str, float, float], None] | None
     "--flash-attn",
     type=click.Choice(("on", "off")),
     help="llama.cpp's flash attention (-fa), instead of the rig's flash_attn (on by default).",
+)
+@click.option(
+    "--cpu-layers",
+    is_flag=True,
+    help="llama.cpp: let the first GPU leave its first layers wholly on the CPU (-ngl) where that is "
+    "faster or the only way to fit, as the rig's cpu_layers: true does.",
 )
 @click.option(
     "--fit-off",

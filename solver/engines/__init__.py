@@ -121,6 +121,7 @@ def export_lines(
     hosts: Hosts | None = None,
     launch: Launch | None = None,
     shell: str = DEFAULT_SHELL,
+    cpu_layers: int = 0,
 ) -> list[str]:
     """Lines to paste (commands, or for Strata flags and a config line) that make ``engine`` run the
     plan, written for ``shell`` (solver.engines.shells).
@@ -131,13 +132,16 @@ def export_lines(
     them; ``extra_blocks`` counts blocks the GGUF holds after the planned layers (GLM's MTP layers are in
     its block_count), which llama.cpp puts on the last device with the output. ``hosts`` says where
     each rig GPU is, for a plan that spans machines. ``launch`` says what the command loads and how
-    (solver.engines.export.Launch; by default placeholders). Raises ValueError for a plan the engine cannot
+    (solver.engines.export.Launch; by default placeholders). ``cpu_layers``: the first stage's first
+    layers that run wholly on the CPU (llama.cpp). Raises ValueError for a plan the engine cannot
     express, or a word the shell cannot be given.
     """
     ordered = list(cuts) == sorted(set(cuts)) and all(0 < c < n_layers for c in cuts)
     if len(cuts) != len(gpus) - 1 or not ordered:
         raise ValueError(f"cuts {cuts} do not split {n_layers} layers into {len(gpus)} stages")
-    shape = Shape(gpus, cuts, n_layers, offload, tensor_names, extra_blocks, hosts, launch or Launch())
+    shape = Shape(
+        gpus, cuts, n_layers, offload, tensor_names, extra_blocks, hosts, launch or Launch(), cpu_layers
+    )
     lines = engine_named(engine).export(shape)
     return render(lines, shell)
 
@@ -161,6 +165,7 @@ def plan_lines(p: Problem, plan: Placement, shell: str = DEFAULT_SHELL, fit_off:
         hosts=hosts,
         launch=engine.launch(p, fit_off),
         shell=shell,
+        cpu_layers=plan.stages[0].cpu_layers if plan.stages else 0,
     )
 
 

@@ -196,6 +196,13 @@ def dense_ms(p: Problem) -> np.ndarray:
     return np.where(sp.given[None, :], p.layer_ms[None, :], ms)
 
 
+def host_read_of(p: Problem) -> np.ndarray:
+    """The bytes a token reads per layer besides experts when the layer runs on the CPU, shape (L,):
+    its dense weights and, at the decode ``depth``, its KV cache, all in host memory."""
+    kv = p.kv_per_layer if p.kv_per_layer is not None else np.zeros(p.n_layers, dtype=np.int64)
+    return dense_of(p).astype(np.float64) + speed_of(p).depth * kv.astype(np.float64)
+
+
 def dense_of(p: Problem) -> np.ndarray:
     """The weights a token reads per layer besides experts, shape (L,) (0 where unknown)."""
     dense = BytesFields.of(p).dense_bytes

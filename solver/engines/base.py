@@ -75,7 +75,8 @@ class Shape:
     """A plan as its export needs it: rig GPU indices in pipeline order (taken to be CUDA device
     numbers), the cut points, the layer count; llama.cpp's offloaded tensors, every tensor name of the
     model when known (to prove the -ot pattern), blocks after the planned layers (MTP); where each GPU
-    is (a plan over several hosts); and what the command loads (solver.engines.export.Launch)."""
+    is (a plan over several hosts); what the command loads (solver.engines.export.Launch); and the
+    first stage's first layers that run wholly on the CPU (llama.cpp)."""
 
     gpus: list[int]
     cuts: list[int]
@@ -85,6 +86,7 @@ class Shape:
     extra_blocks: int = 0
     hosts: Hosts | None = None
     launch: Launch | None = None
+    cpu_layers: int = 0
 
 
 @dataclass(frozen=True)
@@ -181,6 +183,8 @@ class Engine:
     host_fallback: ClassVar[str | None] = None
     #: The KV cache types (solver.files.kvcache) the engine runs, its default first.
     kv_types: ClassVar[tuple[str, ...]] = ("f16",)
+    #: The rig key ``cpu_layers`` (the first stage's first layers wholly on the CPU) is planned.
+    plans_cpu_layers: ClassVar[bool] = False
 
     def check_gpus(self, rig: RigConfig, doc: YamlDoc) -> None:
         """Raise an InputError (file, line, key) for a GPU whose speed the engine cannot know."""

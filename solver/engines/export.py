@@ -163,10 +163,17 @@ def tensor_split(sizes: list[int], n_blocks: int) -> list[int]:
 
 
 def llama_flags(
-    sizes: list[int], n_blocks: int, offload: list[Offload] | tuple[Offload, ...], names: list[str] | None
+    sizes: list[int],
+    n_blocks: int,
+    offload: list[Offload] | tuple[Offload, ...],
+    names: list[str] | None,
+    cpu_layers: int = 0,
 ) -> list[str]:
     """``--split-mode layer -ngl 999 --tensor-split ...`` and, when experts stay on the CPU, one ``-ot``,
-    as words."""
+    as words. With ``cpu_layers`` c (the first stage's first layers wholly on the CPU), ``-ngl`` is
+    ``n_blocks + 1 - c``: llama.cpp offloads the last ``-ngl`` of its ``n_blocks + 1`` slots, so the
+    first c stay on the CPU, and ``--tensor-split`` counts the GPU slots alone (the first stage's less
+    c), which sum to ``-ngl`` and so fall on the stage boundaries as before."""
     if len(sizes) > LLAMA_MAX_SPLITS:
         raise ValueError(
             f"llama.cpp takes at most {LLAMA_MAX_SPLITS} --tensor-split values; "
@@ -177,8 +184,11 @@ def llama_flags(
     outside = [unit.name for unit in offload if not 0 <= unit.layer < n_blocks]
     if outside:
         raise ValueError(f"tensor {outside[0]} is beyond the model's {n_blocks} blocks")
-    words = ["--split-mode", "layer", "-ngl", str(LLAMA_ALL_LAYERS), "--tensor-split"]
-    words.append(joined(tensor_split(sizes, n_blocks)))
+    if not 0 <= cpu_layers < sizes[0]:
+        raise ValueError(f"{cpu_layers} layers on the CPU leave the first stage's {sizes[0]} none")
+    ngl = str(n_blocks + 1 - cpu_layers) if cpu_layers else str(LLAMA_ALL_LAYERS)
+    words = ["--split-mode", "layer", "-ngl", ngl, "--tensor-split"]
+    words.append(joined(tensor_split([sizes[0] - cpu_layers, *sizes[1:]], n_blocks - cpu_layers)))
     if offload:
         pattern = override_pattern(offload)
         if names is not None:

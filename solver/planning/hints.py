@@ -10,6 +10,8 @@
   the ranges' needs with the layer limits and the order kept); the GPUs are tried from the least up,
   the rig loaded with that much more free memory (less what the engine keeps of it) and planned
   again, and the first that plans is the hint.
+- **Layers on the CPU.** A llama.cpp rig planned with every layer on a GPU is planned again with
+  ``--cpu-layers`` (the first GPU's first layers wholly on the CPU, as ``-ngl`` leaves them).
 - **llama.cpp.** A vLLM or SGLang rig is planned again for llama.cpp, which keeps the experts no GPU
   holds in host RAM; the hint says what that plan leaves in host memory and its speed at the rig's
   host bandwidth, else HOST_BANDWIDTH.
@@ -66,8 +68,8 @@ class Planned(Protocol):
 
 @dataclass(frozen=True)
 class Hint:
-    """One thing that would help: its kind (``idle-gpus``, ``vram``, ``engine``), one line saying it,
-    and the figures behind it, for ``--json``."""
+    """One thing that would help: its kind (``idle-gpus``, ``cpu-layers``, ``vram``, ``engine``), one
+    line saying it, and the figures behind it, for ``--json``."""
 
     kind: str
     text: str
@@ -109,7 +111,11 @@ def hints_of(
         return [hint] if hint else []
     if result.status != "infeasible":
         return []
-    found = [vram_hint(p, table, reload, replan, limits, end), engine_hint(p, reload, replan, limits, end)]
+    found = [
+        cpu_layers_hint(p, reload, replan, limits, end),
+        vram_hint(p, table, reload, replan, limits, end),
+        engine_hint(p, reload, replan, limits, end),
+    ]
     return [h for h in found if h is not None]
 
 
@@ -233,6 +239,29 @@ def vram_hint(
         data = {"gpu": g, "more_bytes": extra, "free_bytes": free, "tokens_per_s": again.plan.tokens_per_s}
         return Hint("vram", text, data)
     return None
+
+
+def cpu_layers_hint(p: Problem, reload: Reload, replan: Replan, limits: Limits, end: float) -> Hint | None:
+    """The rig planned again with whole layers on the CPU, for an engine that plans them and a rig
+    that did not ask for them."""
+    if not engine_of(p).plans_cpu_layers or getattr(p.engine_fields, "cpu_layers", None) is not None:
+        return None
+    if time.perf_counter() >= end:
+        return None
+    try:
+        again = replan(reload(cpu_layers=True), _within(limits, end))
+    except InputError:
+        return None
+    if again.plan is None:
+        return None
+    n = again.plan.stages[0].cpu_layers
+    layers = "layer" if n == 1 else f"{n} layers"
+    text = (
+        f"with its first {layers} wholly on the CPU (-ngl), llama.cpp runs this rig: "
+        f"{again.plan.tokens_per_s:.2f} tokens/s (solve {p.files.get('rig', 'RIG')} --cpu-layers, or "
+        f"cpu_layers: true in the rig)"
+    )
+    return Hint("cpu-layers", text, {"cpu_layers": n, "tokens_per_s": again.plan.tokens_per_s})
 
 
 def engine_hint(p: Problem, reload: Reload, replan: Replan, limits: Limits, end: float) -> Hint | None:

@@ -56,6 +56,8 @@ class Overrides:
     free: dict[int, int] | None = None
     #: Tokens the ``request`` objective's request generates (the rig's ``generate``).
     generate: int | None = None
+    #: llama.cpp: the first stage may leave its first layers on the CPU (the rig's ``cpu_layers``).
+    cpu_layers: bool = False
 
 
 #: The micro-batches ``n_ubatch: auto`` chooses among: llama.cpp's compute graph is sized for a
@@ -288,6 +290,8 @@ def load_problems(
     update = {k: v for k, v in (("objective", ov.objective), ("order", ov.order), ("engine", ov.engine)) if v}
     if ov.idle_gpus:
         update["idle_gpus"] = True
+    if ov.cpu_layers:
+        update["cpu_layers"] = True
     if ov.host_bandwidth is not None and rig.keys(LlamaKeys).host_bandwidth is None:
         update["host_bandwidth"] = ov.host_bandwidth
     for key in ("context", "n_ubatch", "flash_attn", "prompt", "generate"):  # the engine's memory, prompt
@@ -304,6 +308,8 @@ def load_problems(
     files = {"rig": rig_doc.file, "model": model_doc.file}
     engine = engine_named(rig.engine)
     engine.check_gpus(rig, rig_doc)
+    if rig.keys(LlamaKeys).cpu_layers:
+        _check_cpu_layers(rig, rig_doc, ov, engine)
     for need in engine.required:
         doc, holder = (rig_doc, rig) if need.file == "rig" else (model_doc, model)
         if getattr(holder, need.key) is None and (need.when is None or need.when(rig)):
@@ -370,6 +376,24 @@ def _setting_error(doc: YamlDoc, ov: Overrides, message: str, key: str = "object
     if getattr(ov, key, None) is not None:
         return InputError(doc.file, f"{_OPTIONS[key]}: {message}")
     return doc.error((key,), message)
+
+
+def _check_cpu_layers(rig: RigConfig, doc: YamlDoc, ov: Overrides, engine: Engine) -> None:
+    """Whole layers on the CPU are planned for an engine that plans them, under a decode objective:
+    else an error at the rig's ``cpu_layers`` key, or the option's when the command line set it."""
+    why = None
+    if not engine.plans_cpu_layers:
+        why = (
+            f"the {engine.name} engine plans every layer on a GPU; whole layers on the CPU are planned "
+            "for mainline llama.cpp (engine: llama.cpp)"
+        )
+    elif rig.objective == "request":
+        why = "the request objective does not price layers on the CPU in its prompt; plan with objective time"
+    if why is None:
+        return
+    if ov.cpu_layers:
+        raise InputError(doc.file, f"--cpu-layers: {why}")
+    raise doc.error(("cpu_layers",), why)
 
 
 def _check_request(rig: RigConfig, doc: YamlDoc, context: int, ov: Overrides) -> None:

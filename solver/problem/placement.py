@@ -19,6 +19,7 @@ class StageFill:
     ``fits``: the stage's range and what it must hold fit the GPU (room >= 0, and for the resident
     engines every expert too). ``gpu_ms``: the stage's GPU time (None: its layers times the GPU's
     layer_ms); ``miss_ms`` is the rest of its time, of which ``switch_ms`` device switches.
+    ``cpu_layers``: the first layers of the range that run wholly on the CPU (llama.cpp's ``-ngl``).
     """
 
     room: int
@@ -33,11 +34,13 @@ class StageFill:
     fits: bool = True
     gpu_ms: float | None = None
     switch_ms: float = 0.0
+    cpu_layers: int = 0
 
 
 @dataclass(frozen=True)
 class Stage:
-    """One pipeline stage: GPU ``gpu`` runs layers [start, end) and caches what fits."""
+    """One pipeline stage: GPU ``gpu`` runs layers [start, end) and caches what fits; the first
+    ``cpu_layers`` of them run wholly on the CPU instead (llama.cpp's ``-ngl``)."""
 
     gpu: int
     name: str
@@ -55,6 +58,7 @@ class Stage:
     offload: list[tuple[int, tuple[str, ...]]] = field(default_factory=list)
     fits: bool = True
     switch_ms: float = 0.0
+    cpu_layers: int = 0
 
     @classmethod
     def of(cls, p: Problem, g: int, a: int, b: int, f: StageFill) -> Stage:
@@ -77,6 +81,7 @@ class Stage:
             spare_tokens=f.spare_tokens,
             offload=f.offload,
             fits=f.fits,
+            cpu_layers=f.cpu_layers,
         )
 
     @property

@@ -166,7 +166,7 @@ def _layers(a: int, b: int) -> str:
 
 _FIRST: list[tuple[str, StageCell]] = [
     ("GPU", lambda s: f"{s.gpu} {s.name}"),
-    ("layers", lambda s: _layers(s.start, s.end)),
+    ("layers", lambda s: _layers(s.start, s.end) + (f" ({s.cpu_layers} CPU)" if s.cpu_layers else "")),
     ("room", lambda s: format_size(s.room_bytes)),
 ]
 #: Shown with the throughput objective: the stage's time with the misses of its own layers.

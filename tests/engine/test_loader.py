@@ -52,6 +52,7 @@ MODEL_OF = {
     "mixtral-8x22b-q4_k_m.yaml": "mixtral-8x22b",
 }
 RIGS = sorted(SHIPPED_RIGS.glob("*.yaml"))
+ROOT_MODELS = SHIPPED_RIGS.parent / "models"
 #: Shipped rigs that have no llama.cpp plan, and what the refusal says: six small cards cannot hold a
 #: layer of a model made for Strata's session buffers; sixteen GPUs exceed what -ts takes.
 NO_PLAN = {"six-auto": "cannot hold its minimum", "sixteen": "at most 15 GPUs"}
@@ -183,8 +184,9 @@ def check_loads(
     position = {s["gpu"]: i for i, s in enumerate(plan["stages"])}
     for stage in plan["stages"]:
         want = f"RPC{position[stage['gpu']]}"
+        on_cpu = stage["start"] + stage.get("cpu_layers", 0)  # the first stage's layers left on the CPU
         for layer in range(stage["start"], stage["end"]):
-            assert log.layer_device[layer] == want, (rig.stem, layer)
+            assert log.layer_device[layer] == ("CPU" if layer < on_cpu else want), (rig.stem, layer)
     n_layers = plan["stages"][-1]["end"]
     assert log.layer_device[max(log.layer_device)] == f"RPC{position[plan['stages'][-1]['gpu']]}"
     offloaded = {
@@ -324,3 +326,29 @@ def test_random_twin_plans_fit_each_card_as_llama_cpp_counts_it(
     assert result.exit_code == 0, result.output
     export = _solve(str(planned), "--export", "llama.cpp")
     check_loads(rig, json.loads(result.stdout), llama_bin, gguf_dir, export, planned, twin=True)
+
+
+@pytest.mark.parametrize(("free", "n_gpus"), [("3.5 GiB", 1), ("2.25 GiB", 2)])
+def test_cpu_layers_export_loads_where_the_plan_says(
+    free: str, n_gpus: int, llama_bin: Path, gguf_dir: Path, tmp_path: Path
+) -> None:
+    """A rig too small for every layer on its GPUs (Qwen3-30B-A3B at 32K), planned with ``cpu_layers``
+    on its sparse twin: llama.cpp's loader puts the plan's first layers on the CPU and the rest where
+    the plan says (its ``-ngl`` and ``--tensor-split``), and its estimate of each card fits the card
+    and agrees with the plan's count."""
+    model = twin_model("qwen3-30b-a3b", gguf_dir)
+    gpus = [{"name": "RTX 3060 12GB", "free": free, "reserve": "700 MiB"} for _ in range(n_gpus)]
+    rig = {"name": "cpu-layers", "model": str(model), "engine": "llama.cpp", "host_bandwidth": "60 GB/s"}
+    rig |= {"backend": "rpc", "context": 32768, "gpus": gpus}
+    path = tmp_path / "cpu-layers.yaml"
+    path.write_text(yaml.safe_dump(rig, sort_keys=False))
+    assert json.loads(_solve(str(path), "--json", status=3))["reason"]
+    plan = json.loads(_solve(str(path), "--cpu-layers", "--json"))
+    assert plan["stages"][0].get("cpu_layers", 0) > 0
+    export = _solve(str(path), "--cpu-layers", "--export", "llama.cpp")
+    assert "-ngl 999" not in export
+    source = tmp_path / "source.yaml"  # check_loads finds the sparse GGUF by the shipped model's name
+    source.write_text(yaml.safe_dump(rig | {"model": str(ROOT_MODELS / "qwen3-30b-a3b-q4_k_m.yaml")}))
+    keyed = tmp_path / "planned.yaml"
+    keyed.write_text(yaml.safe_dump(rig | {"cpu_layers": True}, sort_keys=False))
+    check_loads(source, plan, llama_bin, gguf_dir, export, keyed, twin=True)

@@ -53,6 +53,9 @@ class IkLlama(LlamaCpp):
     name = "ik_llama.cpp"
     note = "expert tensors (up and gate fused) on a GPU or, beyond VRAM, on the CPU; ik's byte split"
     defaults = ("fit", "free-memory")
+    #: ik's -ngl leaves the output on the CPU unless every layer is offloaded and its -ts is a byte
+    #: greedy: whole CPU layers are planned for mainline only.
+    plans_cpu_layers = False
 
     def resolve_fields(self, rig: RigConfig, model: ModelConfig, experts: np.ndarray) -> Resolved:
         """mainline's fields with ik's fused units and the logits the output slot weighs."""

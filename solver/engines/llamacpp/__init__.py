@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
-from solver.engines.bandwidth import MOE_LAYER_MS, BytesSpeed
+from solver.engines.bandwidth import MOE_LAYER_MS, BytesSpeed, host_read_of
 from solver.engines.base import Orders, PlanCell, Required, Resolved, Shape, StageCell, ms
 from solver.engines.export import (
     LLAMA_MAX_SPLITS,
@@ -188,6 +188,7 @@ class LlamaCpp(BytesSpeed):
     defaults = ("fit", "free-memory")
     miss_label = "CPU time (experts in host memory)"
     kv_types = tuple(KV_TYPES)
+    plans_cpu_layers = True
     columns: ClassVar[list[tuple[str, StageCell]]] = [
         ("experts\non GPU", lambda s: format_size(s.cache_bytes)),
         ("experts\non CPU", lambda s: format_size(s.host_bytes)),
@@ -218,8 +219,11 @@ class LlamaCpp(BytesSpeed):
         """The speed model's fields, the units at the rig's ``host_bandwidth``, the model's MTP blocks
         and GGUF file, the micro-batch and flash attention; the compute buffer on every card by its role
         (``_compute_buffers``) and the first stage's weights without the embeddings (they stay in host
-        memory). A quantised V cache without flash attention is refused, as llama.cpp refuses it."""
+        memory); with ``cpu_layers``, the compute buffers with first layers on the CPU
+        (solver.engines.llamacpp.cpumemory). A quantised V cache without flash attention is refused, as
+        llama.cpp refuses it."""
         from solver.engines.llamacpp import memory as llama_memory
+        from solver.engines.llamacpp.cpumemory import cpu_layers_of
         from solver.engines.llamacpp.prompt import prompt_model
 
         speed, layer_ms = self.speed_fields(rig, model, experts)
@@ -245,6 +249,7 @@ class LlamaCpp(BytesSpeed):
             flash_attn=fa,
             llama_memory=memory.get("llama_memory"),
             prompt=prompt_model(rig, model, experts),
+            cpu_layers=cpu_layers_of(rig, model),
         )
         return Resolved(
             fields,
@@ -320,8 +325,11 @@ class LlamaCpp(BytesSpeed):
         return stage_fill(p, g, a, b)
 
     def miss_total_ms(self, p: Problem) -> float:
+        """Every unit on the CPU with its layer's switch, and with CPU layers every dense byte there too."""
         c = Costs.of(p)
-        return float(c.cpu.sum()) + float(c.switch.max(initial=0.0)) * int(c.n_moe[-1])
+        f = LlamaFields.of(p)
+        dense = 1000.0 * float(host_read_of(p).sum()) / float(f.host_bandwidth or 1) if f.cpu_layers else 0.0
+        return float(c.cpu.sum()) + float(c.switch.max(initial=0.0)) * int(c.n_moe[-1]) + dense
 
     def orders(self, p: Problem) -> Orders | None:
         """One llama.cpp runs at most LLAMA_MAX_SPLITS devices in a layer split: its --tensor-split
@@ -366,22 +374,25 @@ class LlamaCpp(BytesSpeed):
         return Baseline(cuts, False, plan, "free-memory", _why_not(p, plan, lo))
 
     def stage_json(self, stage) -> dict:
+        """The stage's tensors and CPU time; ``cpu_layers`` where it leaves layers wholly on the CPU."""
         return {
             "held_tensors": stage.held_pairs,
             "tensors": stage.visible_pairs,
             "cpu_ms": stage.miss_ms - stage.switch_ms,
             "switch_ms": stage.switch_ms,
             "offload": [{"layer": layer, "tensors": list(names)} for layer, names in stage.offload],
-        }
+        } | ({"cpu_layers": stage.cpu_layers} if stage.cpu_layers else {})
 
     def export(self, plan: Shape) -> list[Line]:
         """``llama-server -m MODEL.gguf -c CONTEXT --split-mode layer -ngl 999 --tensor-split ... -ot ...``
         with ``-ub`` (and ``-b`` when it must grow) for a micro-batch other than 512, ``-ctk/-ctv`` and
         ``-fa on`` for a KV cache type other than f16, ``-fa off`` when asked, and ``-fit off`` when asked;
-        across hosts, the rpc-server lines first."""
+        across hosts, the rpc-server lines first. A plan with layers on the CPU writes ``-ngl`` for them
+        (solver.engines.export.llama_flags)."""
         gpus, cuts, n_layers, launch = plan.gpus, plan.cuts, plan.n_layers, plan.launch
         offload, names, extra_blocks, hosts = plan.offload, plan.names, plan.extra_blocks, plan.hosts
-        split = llama_flags(stage_sizes(cuts, n_layers), n_layers + extra_blocks, offload, names)
+        sizes = stage_sizes(cuts, n_layers)
+        split = llama_flags(sizes, n_layers + extra_blocks, offload, names, plan.cpu_layers)
         model, notes = placeholder(launch.gguf, "MODEL.gguf", GGUF_PLACEHOLDER)
         from solver.engines.llamacpp.memory import N_BATCH, N_UBATCH
 

@@ -28,8 +28,10 @@ class LlamaKeys(BytesKeys):
     micro-batch (``-ub``, or ``auto``: planned with the placement) and flash attention (``-fa``) the run
     uses, the backend its GPUs run (``rpc`` never offloads an op to a GPU), the prompt tokens its prompt
     figures are for, the tokens the request objective generates, the shares of matrix throughput and
-    PCIe rate prompt processing reaches (None: the defaults of solver.engines.llamacpp.prompt), and a
-    GPU's fixed time per MoE layer whose experts it runs (None: solver.engines.bandwidth.MOE_LAYER_MS)."""
+    PCIe rate prompt processing reaches (None: the defaults of solver.engines.llamacpp.prompt), a
+    GPU's fixed time per MoE layer whose experts it runs (None: solver.engines.bandwidth.MOE_LAYER_MS),
+    and whether the first stage may leave its first layers wholly on the CPU (``-ngl``; off: every
+    layer on a GPU)."""
 
     host_bandwidth: Rate | None = None
     n_ubatch: UbatchKey = 512
@@ -40,6 +42,7 @@ class LlamaKeys(BytesKeys):
     matrix_efficiency: Share | None = None
     pcie_efficiency: Share | None = None
     moe_layer_ms: NonNegMs | None = None
+    cpu_layers: bool = False
 
 
 class LlamaGpuKeys(EngineKeys):
@@ -65,6 +68,8 @@ class LlamaFields(BytesFields):
     llama_memory    what the compute buffers were counted from (solver.engines.llamacpp.memory
                     PlanMemory; None: the model file has no ``geometry:`` block, an allowance)
     prompt          the prompt-processing constants (solver.engines.llamacpp.prompt.PromptModel)
+    cpu_layers      what whole layers on the CPU before the first stage cost it
+                    (solver.engines.llamacpp.cpumemory.CpuLayers; None: every layer on a GPU)
     """
 
     unit_layer: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
@@ -79,6 +84,7 @@ class LlamaFields(BytesFields):
     flash_attn: bool = True
     llama_memory: object | None = None
     prompt: Any = None
+    cpu_layers: Any = None
 
     def at_host_bandwidth(self, rate: float) -> LlamaFields:
         """The units' CPU times at ``rate`` (a problem without a CPU rate keeps its own)."""

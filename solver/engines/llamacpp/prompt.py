@@ -92,6 +92,8 @@ class PromptModel:
                     ``pcie_efficiency`` applies to it)
     efficiency, pcie_efficiency: the matrix share (the mean of the GPUs') and the PCIe efficiency
                     ``flops`` and ``pcie`` hold: where calibration starts
+    dense_bytes (L,) bytes of each layer's weights besides its experts (what a layer wholly on the CPU
+                    copies to the GPU; None: unknown, none copied)
     """
 
     flops: np.ndarray
@@ -111,6 +113,7 @@ class PromptModel:
     pcie_given: np.ndarray | None = None
     efficiency: float = MATRIX_EFFICIENCY
     pcie_efficiency: float = PCIE_EFFICIENCY
+    dense_bytes: np.ndarray | None = None
 
     @property
     def known(self) -> bool:
@@ -144,12 +147,17 @@ class PromptModel:
         used = 1.0 - (1.0 - np.clip(self.tokens_share[a:b], 0.0, 1.0)) ** m
         return float(np.sum(eb * used)) / total
 
+    def expert_work(self, a: int, b: int, m: int) -> float:
+        """The dense-rate FLOPs the experts of layers [a, b) cost a GPU on a micro-batch of ``m`` tokens:
+        each expert matrix sees ``m * active / experts`` of them, at the MoE block's share of the rate."""
+        t = m * self.tokens_share[a:b]
+        sat = EXPERT_EFFICIENCY * np.where(t > 0, t / (t + EXPERT_HALF_TOKENS), 1.0)
+        return float(np.sum(self.expert[a:b] * m / sat))
+
     def stage_ms(self, g: int, a: int, b: int, host_bytes: int, m: int, pos: int) -> float:
         """ms GPU g takes for layers [a, b) on a micro-batch of ``m`` tokens after ``pos`` in the cache,
         with ``host_bytes`` of their experts in host memory."""
-        t = m * self.tokens_share[a:b]
-        sat = EXPERT_EFFICIENCY * np.where(t > 0, t / (t + EXPERT_HALF_TOKENS), 1.0)
-        expert = float(np.sum(self.expert[a:b] * m / sat))
+        expert = self.expert_work(a, b, m)
         work = m * float(self.dense[a:b].sum()) + self.keys_flops(a, b, m, pos)
         ms = 0.0
         if host_bytes:
@@ -162,20 +170,43 @@ class PromptModel:
                 expert *= 1.0 - host
         return ms + 1000.0 * (work + expert) / float(self.flops[g])
 
+    def cpu_layers_ms(self, g: int, c: int, m: int, pos: int) -> float:
+        """ms layers [0, c), wholly on the CPU, take on a micro-batch of ``m`` tokens after ``pos`` in the
+        cache. From ``min_batch`` tokens GPU g (llama.cpp's first device) runs their matrix products,
+        their weights copied over PCIe once per micro-batch as expert tensors in host memory are (the
+        dense ones whole, of the experts those the micro-batch routes to); attention, over their KV cache
+        in host memory, stays on the CPU at ``cpu_flops``, and so does all of a smaller micro-batch."""
+        if c <= 0:
+            return 0.0
+        attention = self.keys_flops(0, c, m, pos)
+        if m < self.min_batch:
+            work = m * float(self.dense[:c].sum() + self.expert[:c].sum()) + attention
+            return 1000.0 * work / self.cpu_flops
+        gpu = m * float(self.dense[:c].sum()) + self.expert_work(0, c, m)
+        dense = float(self.dense_bytes[:c].sum()) if self.dense_bytes is not None else 0.0
+        copied = dense + float(self.expert_bytes[:c].sum()) * self.copied_share(0, c, m)
+        pcie = max(float(self.pcie[g]), 1.0)
+        return 1000.0 * (copied / pcie + gpu / float(self.flops[g]) + attention / self.cpu_flops)
+
     def time_ms(
         self,
         stages: list[tuple[int, int, int, int]],
         pipeline: bool,
         prompt: int | None = None,
         n_ubatch: int | None = None,
+        cpu: tuple[int, int] = (0, 0),
     ) -> float:
         """ms the prompt takes on ``stages`` ((gpu, start, end, host bytes) in order): the micro-batches
-        one after another through the stages, overlapped across stages when ``pipeline``."""
+        one after another through the stages, overlapped across stages when ``pipeline``; ``cpu``
+        (gpu, c): layers [0, c) wholly on the CPU before them, offloading to that GPU
+        (``cpu_layers_ms``)."""
         sizes = self.micro_batches(prompt, n_ubatch)
         pos = self.depth
         times = []
         for m in sizes:
             times.append([self.stage_ms(g, a, b, h, m, pos) for g, a, b, h in stages])
+            if cpu[1]:
+                times[-1].insert(0, self.cpu_layers_ms(*cpu, m, pos))
             pos += m
         if not pipeline:
             return float(sum(sum(row) for row in times))
@@ -189,14 +220,19 @@ class PromptModel:
 
 
 def prompt_speed(
-    pm: PromptModel, stages: list[tuple[int, int, int, int]], pipeline: bool, n_ubatch: int | None = None
+    pm: PromptModel,
+    stages: list[tuple[int, int, int, int]],
+    pipeline: bool,
+    n_ubatch: int | None = None,
+    cpu: tuple[int, int] = (0, 0),
 ) -> PromptSpeed:
-    """The prompt speed of ``stages`` (see ``PromptModel.time_ms``); its figures None when a GPU's
-    matrix throughput is unknown or there are no GPU stages (the run's settings are still given)."""
+    """The prompt speed of ``stages`` (see ``PromptModel.time_ms``, ``cpu`` as it takes it); its figures
+    None when a GPU's matrix throughput is unknown or there are no GPU stages (the run's settings are
+    still given)."""
     n = n_ubatch or pm.n_ubatch
     if not pm.known or not stages:
         return PromptSpeed(None, None, pm.prompt, n, pipeline, pm.flash_attn)
-    ms = pm.time_ms(stages, pipeline, n_ubatch=n)
+    ms = pm.time_ms(stages, pipeline, n_ubatch=n, cpu=cpu)
     return PromptSpeed(1000.0 * pm.prompt / ms, ms, pm.prompt, n, pipeline, pm.flash_attn)
 
 
@@ -322,6 +358,7 @@ def prompt_model(rig: RigConfig, model: ModelConfig, experts: np.ndarray) -> Pro
         pcie_given=np.array([g.keys(LlamaGpuKeys).pcie_bandwidth is not None for g in rig.gpus]),
         efficiency=eff,
         pcie_efficiency=pcie_eff,
+        dense_bytes=_layers(model.dense_bytes or 0, n),
     )
 
 
@@ -361,16 +398,23 @@ def scored_prompt(
     pipeline = len(stages) > 1 and not on_cpu and not any(h for *_, h in stages)
     flash = pm.flash_attn if args.flash_attn is None else args.flash_attn != "off"
     run = replace(pm, prompt=prompt, depth=depth, n_ubatch=min(ubatch, batch, prompt), flash_attn=flash)
-    return prompt_speed(run, stages, pipeline)
+    cpu = (stages[0][0], scored.cpu_layers[1]) if on_cpu and stages else (0, 0)
+    return prompt_speed(run, stages, pipeline, cpu=cpu)
 
 
 def plan_prompt(p, plan) -> PromptSpeed | None:
     """The prompt speed of a plan's placement on problem ``p`` as its export runs it: the rig's
-    ``n_ubatch`` (at most the prompt), every layer on its GPU, so the stages pipeline when no expert
-    is in host memory (None without a prompt model)."""
-    pm = LlamaFields.of(p).prompt
+    ``n_ubatch`` (at most the prompt), every layer on its GPU but the first stage's ``cpu_layers``, so
+    the stages pipeline when no expert and no layer is in host memory (None without a prompt model)."""
+    f = LlamaFields.of(p)
+    pm = f.prompt
     if pm is None or plan is None:
         return None
     stages = [(s.gpu, s.start, s.end, s.host_bytes) for s in plan.stages]
-    pipeline = len(stages) > 1 and not any(h for *_, h in stages)
-    return prompt_speed(replace(pm, n_ubatch=min(pm.n_ubatch, pm.prompt)), stages, pipeline)
+    cpu = (0, 0)
+    if stages and plan.stages[0].cpu_layers:
+        s, c = plan.stages[0], plan.stages[0].cpu_layers
+        experts = int(f.unit_bytes[(f.unit_layer >= c) & (f.unit_layer < s.end)].sum()) - s.cache_bytes
+        stages[0], cpu = (s.gpu, c, s.end, experts), (s.gpu, c)
+    pipeline = len(stages) > 1 and not cpu[1] and not any(h for *_, h in stages)
+    return prompt_speed(replace(pm, n_ubatch=min(pm.n_ubatch, pm.prompt)), stages, pipeline, cpu=cpu)

@@ -5,9 +5,9 @@ Time (as the plan's, solver.engines.llamacpp): each GPU stage's layers cost ``gp
 active share of every expert tensor it holds, its own or another layer's; a tensor on the CPU costs
 ``cpu_ms``, and its layer ``2 * switch_ms`` (a remote GPU's layer the network hop to the main host and
 back as well); a tensor held on another GPU than its layer's costs ``2 * switch_ms`` (and the network
-hop both ways when the two are on different hosts); a layer on the CPU costs its dense bytes and its
-experts' active share at ``host_bandwidth``; stage boundaries, and a card holding only the output,
-cost a hand-off.
+hop both ways when the two are on different hosts); a layer on the CPU costs its dense bytes (and its
+KV cache at the decode depth) and its experts' active share at ``host_bandwidth``; stage boundaries,
+and a card holding only the output, cost a hand-off.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from solver.engines.bandwidth import dense_of, speed_of, with_constants
+from solver.engines.bandwidth import host_read_of, speed_of, with_constants
 from solver.engines.base import Engine
 from solver.engines.llamacpp.args import LlamaArgs
 from solver.engines.llamacpp.commandmemory import refusal, with_command_memory
@@ -232,14 +232,15 @@ def _card(
 
 
 def _cpu_layers_ms(p: Problem, c: Costs, placed: np.ndarray, end: int) -> float:
-    """Layers [0, end) on the CPU: their dense bytes and their experts' active share at host_bandwidth."""
+    """Layers [0, end) on the CPU: their dense bytes (and KV cache at the decode depth) and their
+    experts' active share at host_bandwidth."""
     if end == 0:
         return 0.0
     k = p.n_gpus
     mine = (c.layer < end) & (placed[:, k] > 0)
     experts = float((c.cpu * placed[:, k] / np.maximum(c.size, 1))[mine].sum())
     rate = LlamaFields.of(p).host_bandwidth
-    return 1000.0 * float(dense_of(p)[:end].sum()) / float(rate or 1) + experts
+    return 1000.0 * float(host_read_of(p)[:end].sum()) / float(rate or 1) + experts
 
 
 def _cpu_card(p: Problem, c: Costs, placed: np.ndarray, end: int, output: int) -> Card:
