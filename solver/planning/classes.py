@@ -80,9 +80,8 @@ def _holds_all(s: Solved) -> bool:
     return plan.host_bytes == 0
 
 
-def _runs_held(s: Solved, held: list[Problem]) -> bool:
-    """The plan, which holds every unit, fits a held problem too (as it will run)."""
-    gpus, cuts = s.solution.gpus, s.solution.cuts
+def _runs_held(held: list[Problem], gpus: tuple[int, ...], cuts: tuple[int, ...]) -> bool:
+    """A placement that holds every unit fits one of the ``held`` problems too (as it will run)."""
     for q in held:
         plan = evaluate(q, gpus, cuts)
         if feasible(q, plan) and plan.host_bytes == 0:
@@ -102,14 +101,7 @@ def placed_in(
         plan = evaluate(q, gpus, cuts)
         if not feasible(q, plan):
             continue
-        if (
-            q.held_only
-            or plan.host_bytes > 0
-            or not held
-            or any(
-                feasible(h, evaluate(h, gpus, cuts)) and evaluate(h, gpus, cuts).host_bytes == 0 for h in held
-            )
-        ):
+        if q.held_only or plan.host_bytes > 0 or not held or _runs_held(held, gpus, cuts):
             return q, plan
     return None
 
@@ -134,7 +126,8 @@ def solve_classes(
     for q in classes:
         s = solve_one(q, limits, policy, allowed)
         solved.append(s)
-        if s.solution.found and not q.held_only and _holds_all(s) and not _runs_held(s, held):
+        found = s.solution.found and not q.held_only and _holds_all(s)
+        if found and not _runs_held(held, s.solution.gpus, s.solution.cuts):
             fallback = True
     if fallback:
         solved.append(solve_one(p, limits, policy, allowed, table))
