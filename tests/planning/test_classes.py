@@ -92,3 +92,29 @@ def test_the_plan_is_the_best_of_the_classes(seed: int, tmp_path: Path) -> None:
     else:
         assert got == best, (seed, got, best)
         assert r.problem.held_only == (r.plan.host_bytes == 0) or r.plan.host_bytes == 0
+
+
+def test_where_the_offload_plan_holds_every_expert_but_fits_no_held_problem(tmp_path: Path) -> None:
+    """Two 3060s with 9,500 MiB free each over RPC: without pipeline parallelism every expert fits,
+    with it not, so the offload problem's best holds every expert (its command would run with
+    pipeline parallelism on) and fits no held problem; the problem counting each larger figure
+    answers, and its plan is the best of every placement in every class."""
+    card = {"name": "RTX 3060 12GB", "free": "9500 MiB", "reserve": "0 MiB"}
+    rig = {
+        "name": "fallback",
+        "model": str(MODEL),
+        "engine": "llama.cpp",
+        "backend": "rpc",
+        "host_bandwidth": "60 GB/s",
+        "context": 8192,
+        "gpus": [card, dict(card)],
+    }
+    path = tmp_path / "fallback.yaml"
+    path.write_text(yaml.safe_dump(rig, sort_keys=False))
+    p = load_problem(path)
+    held, loose = engine_of(p).plan_classes(p)
+    r = plan_rig(p)
+    assert r.plan is not None and r.problem is p and r.plan.host_bytes > 0
+    assert evaluate(loose, r.plan.gpus, r.plan.cuts).host_bytes == 0  # the offload problem holds it all
+    assert not feasible(held, evaluate(held, r.plan.gpus, r.plan.cuts))
+    assert round(r.plan.window_ms, 6) == _best_by_brute_force(p)
