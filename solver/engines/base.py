@@ -260,6 +260,12 @@ class Engine:
         the rig's ``order`` allows."""
         return None
 
+    def plan_classes(self, p: Problem) -> tuple[Problem, ...]:
+        """The problem of each way the engine may run a plan, where they count memory differently (a
+        ``held_only`` one admits only plans that hold every unit; the others' plans that hold every unit
+        run as a held one); none where ``p`` counts every plan exactly (solver.planning.classes)."""
+        return ()
+
     #: The engine's defaults a plan can be set beside (``--default``), the first unless one is named.
     defaults: tuple[str, ...] = ()
 

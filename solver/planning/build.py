@@ -103,6 +103,11 @@ def build_arcs(p: Problem, table: Table) -> Arcs:
     """Prune the engine's (GPU, range) table to the arcs a feasible plan can use and weigh them."""
     n, k = p.n_layers, p.n_gpus
     g, a, b = kept_arcs(p, table.room)
+    if p.held_only:  # a range whose fill leaves a unit in host memory is no arc of this problem's plans
+        host = table.weigh(g, a, b, FINE_TIME_SCALE, False).host > 0
+        room = np.array(table.room, copy=True)
+        room[g[host], a[host], b[host]] = -1
+        g, a, b = kept_arcs(p, room)
     request = p.objective == "request"
     prompt = _prompt_ms(p, table, g, a, b) if request else None
     worst = None if prompt is None else _request_worst_ms(p, prompt)

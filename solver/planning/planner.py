@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from solver.engines import Table, build_table, engine_of, evaluate
-from solver.planning.build import build_arcs
+from solver.engines import Table, engine_of, evaluate
+from solver.planning.classes import Solved, placed_in, settled, solve_classes
 from solver.planning.hints import Hint, Reload, hints_of
 from solver.planning.infeasible import explain
 from solver.problem.baselines import Baseline
@@ -21,10 +21,9 @@ from solver.problem.placement import Placement, bounds_ok, feasible
 from solver.problem.problem import Problem
 from solver.solvers import Limits, Solution, TooLarge
 from solver.solvers.arcs import Arcs
-from solver.solvers.exhaustive import settle
 from solver.solvers.orders import AnyOrder
 from solver.solvers.proportional import solve_proportional
-from solver.solvers.route import POLICY, Policy, Route, forced_times, oracle, route, solve
+from solver.solvers.route import POLICY, Policy, Route, forced_times, oracle, solve
 
 
 @dataclass
@@ -64,18 +63,6 @@ class Result:
         return self.default or self.baseline
 
 
-def solve_plan(arcs: Arcs, limits: Limits, policy: Policy = POLICY, chosen: Route | None = None) -> Solution:
-    """The product's answer: ``chosen`` (by default ``route(arcs, policy)``) run to the end, and on a
-    request table set against the plans that pipeline the prompt (``settle``). Every solver on it
-    stops at ``limits``' deadline with the best plan it has."""
-    return _settled(arcs, solve(chosen or route(arcs, policy), arcs, limits, policy), limits, policy)
-
-
-def _settled(arcs: Arcs, got: Solution, limits: Limits, policy: Policy) -> Solution:
-    """``got``, unless it is enumeration's (which scores the pipelined prompt itself): ``settle``'s."""
-    return got if got.name == "exhaustive" else settle(arcs, got, limits, policy)
-
-
 def run_oracle(
     p: Problem,
     arcs: Arcs,
@@ -91,7 +78,7 @@ def run_oracle(
         return Oracle("the engine's orders", "infeasible", None, not solution.found, 0.0)
     check = oracle(arcs, solution, policy, orders)
     try:
-        got = _settled(arcs, solve(check, arcs, limits, policy), limits, policy)
+        got = settled(arcs, solve(check, arcs, limits, policy), limits, policy)
     except TooLarge:
         return Oracle(check.solver, "skipped", None, True, 0.0)
     if got.status == "unknown":  # the time limit stopped it before any plan: nothing to compare
@@ -113,7 +100,9 @@ def plan_rig(
     reload: Reload | None = None,
     table: Table | None = None,
 ) -> Result:
-    """Plan one problem end to end (``policy``: the route's thresholds; ``default``: which of the
+    """Plan one problem end to end, in each way its engine may run a plan (solver.planning.classes:
+    the plan, its arcs and oracle are the chosen way's; the baseline is evaluated in the way it runs)
+    (``policy``: the route's thresholds; ``default``: which of the
     engine's defaults to set the plan beside, its first by default; ``reload(**overrides)``: the
     problem of the same files with other settings, for the hints, which only a run given it has;
     ``table``: the problem's table, where it is built already)."""
@@ -121,25 +110,25 @@ def plan_rig(
     limits = limits or Limits()
     if limits.started is None:  # the limit bounds the whole run: the tables count
         limits = dataclasses.replace(limits, started=t0)
-    table = build_table(p) if table is None else table
-    table_ms = (time.perf_counter() - t0) * 1e3
-    arcs = build_arcs(p, table)
-    rule = engine_of(p).orders(p)
+    own = p
+    engine = engine_of(p)
+    rule = engine.orders(p)
     allowed = None if rule is None else [*rule.gpus, *(AnyOrder(gpus) for gpus in rule.free)]
-    chosen = route(arcs, policy, allowed)
-    solution = solve_plan(arcs, limits, policy, chosen)
+    best, solved = solve_classes(p, engine.plan_classes(p), limits, policy, allowed, table)
+    p, table, arcs, chosen, solution = best.problem, best.table, best.arcs, best.route, best.solution
+    table_ms = sum(s.table_ms for s in solved)
     plan = evaluate(p, solution.gpus, solution.cuts) if solution.found else None
     if plan is not None and not feasible(p, plan):
         raise AssertionError(f"the solver returned an infeasible plan: {plan.gpus} {plan.cuts}")
     base = solve_proportional(arcs)  # the contract's baseline, for every engine
     split = base.status == "heuristic" and bounds_ok(p, base.cuts)
-    base_plan = evaluate(p, base.gpus, base.cuts) if split else None
-    feasible_base = bool(base_plan and feasible(p, base_plan))
-    baseline = Baseline(list(base.cuts), feasible_base, base_plan, reason=base.reason)
+    placed = placed_in(solved, base.gpus, base.cuts) if split else None
+    base_plan = placed[1] if placed is not None else evaluate(p, base.gpus, base.cuts) if split else None
+    baseline = Baseline(list(base.cuts), placed is not None, base_plan, reason=base.reason)
     wall_ms = (time.perf_counter() - t0) * 1e3
     status = solution.status if solution.found or solution.status == "infeasible" else "unknown"
     result = Result(p, status, plan, baseline, solution, arcs, table_ms, wall_ms, route=chosen)
-    result.default = engine_of(p).default_split(p, default)
+    result.default = engine.default_split(own, default)
     if status == "infeasible":
         ruled = rule is not None and rule.reason
         result.reason = rule.reason if ruled else explain(p, table, arcs, limits.left(t0), policy)
@@ -151,12 +140,22 @@ def plan_rig(
         mine = plan.request_ms(p.generate) if p.objective == "request" else plan.window_ms
         result.idle_cost_ms = idle_report(arcs, plan, limits, policy, mine)
     if check:
-        result.oracle = run_oracle(p, arcs, solution, limits, allowed, policy)
+        result.oracle = _checked(solved, best, limits, allowed, policy)
     if reload is not None:
         result.hints = hints_of(
             result, table, reload, lambda q, lim: plan_rig(q, lim, policy=policy), limits, policy
         )
     return result
+
+
+def _checked(
+    solved: list[Solved], best: Solved, limits: Limits, allowed: list | None, policy: Policy
+) -> Oracle:
+    """The oracle on every problem solved (each way the engine may run a plan): the chosen one's
+    answer, agreeing only where every one agrees."""
+    checks = [run_oracle(s.problem, s.arcs, s.solution, limits, allowed, policy) for s in solved]
+    mine = next(c for s, c in zip(solved, checks, strict=True) if s is best)
+    return dataclasses.replace(mine, agrees=all(c.agrees for c in checks))
 
 
 def idle_report(

@@ -22,17 +22,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from solver.engines import build_table, engine_of, evaluate
-from solver.planning.build import build_arcs
+from solver.engines import engine_of, evaluate
+from solver.planning.classes import solve_classes
 from solver.planning.hints import Reload
-from solver.planning.planner import Result, plan_rig, solve_plan
+from solver.planning.planner import Result, plan_rig
 from solver.problem.placement import Placement
 from solver.problem.problem import Problem
 from solver.solvers import Limits
 from solver.solvers.arcs import Arcs
 from solver.solvers.exhaustive import plan_key
 from solver.solvers.orders import AnyOrder
-from solver.solvers.route import POLICY, Policy, route
+from solver.solvers.route import POLICY, Policy
 
 
 @dataclass(frozen=True)
@@ -68,15 +68,17 @@ def _first_level(arcs: Arcs, plan: Placement) -> tuple[int, ...]:
 
 
 def candidate(p: Problem, limits: Limits, policy: Policy = POLICY) -> Candidate:
-    """Plan one micro-batch's problem: its table, arcs and the route's solver (no default, no oracle)."""
-    arcs = build_arcs(p, build_table(p))
-    rule = engine_of(p).orders(p)
+    """Plan one micro-batch's problem: in each way the engine may run it (solver.planning.classes),
+    its table, arcs and the route's solver (no default, no oracle)."""
+    engine = engine_of(p)
+    rule = engine.orders(p)
     allowed = None if rule is None else [*rule.gpus, *(AnyOrder(gpus) for gpus in rule.free)]
-    solution = solve_plan(arcs, limits, policy, route(arcs, policy, allowed))
+    best, _ = solve_classes(p, engine.plan_classes(p), limits, policy, allowed)
+    q, arcs, solution = best.problem, best.arcs, best.solution
     n = p.engine_fields.n_ubatch
     if not solution.found:
         return Candidate(n, solution.status, None, None, None, None, None, None)
-    plan = evaluate(p, solution.gpus, solution.cuts)
+    plan = evaluate(q, solution.gpus, solution.cuts)
     speed = plan.prompt
     pp = speed.tokens_per_s if speed is not None else None
     key = (*_first_level(arcs, plan), -(pp or 0.0), n)

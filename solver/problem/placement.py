@@ -193,7 +193,7 @@ def feasible(p: Problem, plan: Placement) -> bool:
     """Every feasibility rule: layer counts within each GPU's limits, every stage fits, each GPU
     at most once (exactly once unless idle GPUs are allowed; in rig order as given), each host's stages
     one run, and the experts left in host memory within ``host_memory`` less what the engine itself
-    takes there (``Problem.host_room``)."""
+    takes there (``Problem.host_room``; none where the problem is ``held_only``)."""
     for i, s in enumerate(plan.stages):
         n = s.end - s.start
         low = max(int(p.min_layers[s.gpu]), p.first_stage_min_layers if i == 0 else 1)
@@ -207,5 +207,5 @@ def feasible(p: Problem, plan: Placement) -> bool:
     runs = [int(h) for i, h in enumerate(p.hosts[gpus]) if i == 0 or h != p.hosts[gpus[i - 1]]]
     if len(runs) != len(set(runs)):
         return False
-    room = p.host_room
+    room = 0 if p.held_only else p.host_room
     return room is None or plan.host_bytes <= room

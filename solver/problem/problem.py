@@ -68,6 +68,8 @@ class Problem:
     gpu_host (k,)      index into host_names of each GPU's machine (None: all on one); a boundary
                        between hosts costs network_handoff_ms (None: handoff_ms), within one handoff_ms
     idle_gpus          the plan may leave GPUs out
+    held_only          a plan must hold every unit (the engine counts this problem's memory only for
+                       the plans that leave none in host memory: Engine.plan_classes)
     kv_type            the KV cache type the engine runs (solver.files.kvcache); kv bytes are at it
     pair_layer (N,)    layer of rank r; pair_bytes (N,) its cached size; mass (N,) its routed mass
     free, reserve (k,) bytes (reserve: the rig's plus the engine's own buffers on the card)
@@ -111,6 +113,7 @@ class Problem:
     kv_type: str = DEFAULT_KV_TYPE
     buffers: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     host_reserve: int = 0
+    held_only: bool = False
 
     @property
     def n_layers(self) -> int:

@@ -14,7 +14,8 @@ from hypothesis import HealthCheck, given, settings
 
 from solver.engines import build_table
 from solver.planning.build import build_arcs
-from solver.planning.planner import plan_rig, solve_plan
+from solver.planning.classes import solve_plan
+from solver.planning.planner import plan_rig
 from solver.planning.resolve import load_problem
 from solver.solvers import Limits
 from solver.solvers.exhaustive import solve_exhaustive

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from solver.engines import build_table
 from solver.planning.build import build_arcs
-from solver.planning.planner import solve_plan
+from solver.planning.classes import solve_plan
 from solver.planning.resolve import load_problem
 from solver.problem.scales import SPARE_UNLIMITED
 from solver.solvers import Limits, TooLarge, plan_arcs

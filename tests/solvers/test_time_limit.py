@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from solver.cli import cli
 from solver.engines import build_table, evaluate
 from solver.engines.strata import StrataFields
-from solver.planning import planner
+from solver.planning import classes
 from solver.planning.build import build_arcs
 from solver.planning.planner import plan_rig
 from solver.problem.placement import feasible
@@ -276,7 +276,7 @@ def test_no_plan_in_time_exits_3_with_the_reason(tmp_path, monkeypatch):
     """A solve that found nothing before the limit (status unknown) is no plan: exit 3, never 0."""
     rig = tiny_rig(tmp_path)
     stopped = Solution("cp-sat", "unknown")
-    monkeypatch.setattr(planner, "solve_plan", lambda arcs, limits, policy, chosen: stopped)
+    monkeypatch.setattr(classes, "solve_plan", lambda arcs, limits, policy, chosen: stopped)
     res = run_cli(rig, "--json", "--time-limit", "1")
     assert res.exit_code == 3
     got = json.loads(res.stdout)

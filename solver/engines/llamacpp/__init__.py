@@ -93,18 +93,16 @@ def _why_not(p: Problem, plan: Placement, n_cpu: int) -> str:
 def _compute_buffers(rig: RigConfig, model: ModelConfig) -> dict:
     """llama.cpp's compute buffer on each GPU, as the per-GPU ``buffers`` and the extra bytes of the
     first and last stages: with the model's geometry, the exact figure of each role (``middle`` on every
-    GPU, what ``first`` and ``last`` take beyond it on those stages; one GPU: ``only``); without it, the
-    allowance ``COMPUTE_BUFFER`` on every GPU and the logits of a micro-batch on the last
-    (docs/engines.md, "Memory the engine takes"). The token embeddings stay in host RAM. On a GPU
-    backend (the rig's ``backend``, not ``rpc``) that can leave an expert tensor in host memory, the
-    first stage (llama.cpp's device 0: exports order the devices as the pipeline) counts its role's
-    figure with the op offload of every expert tensor, a bound: which tensors stay there is not known
-    before the solve. Over several hosts the first GPU of the main machine offloads (the remote ones
-    are RPC devices), and it may hold any stage: every GPU there counts it. Under a ``host_memory``
-    limit, ``host_reserve`` is the host's compute buffer, the larger of its figures with and without
-    experts there (exact with a geometry, ``HOST_COMPUTE_BUFFER`` per 512 tokens of micro-batch
-    without)."""
+    GPU, what ``first`` and ``last`` take beyond it on those stages; one GPU: ``only``) in each way
+    llama.cpp may run a plan (solver.engines.llamacpp.runclass: pipeline parallelism on with every
+    expert tensor held, or off with the op offload of those in host memory), the problem itself
+    counting the larger of the two; without it, the allowance ``COMPUTE_BUFFER`` on every GPU and the
+    logits of a micro-batch on the last (docs/engines.md, "Memory the engine takes"). The token
+    embeddings stay in host RAM. Under a ``host_memory`` limit, ``host_reserve`` is the host's compute
+    buffer, the larger of its figures with and without experts there (exact with a geometry,
+    ``HOST_COMPUTE_BUFFER`` per 512 tokens of micro-batch without)."""
     from solver.engines.llamacpp import memory as llama_memory
+    from solver.engines.llamacpp.runclass import BOUND, class_counts
 
     weights = model.first_stage_bytes - model.embedding_bytes
     k = len(rig.gpus)
@@ -125,31 +123,23 @@ def _compute_buffers(rig: RigConfig, model: ModelConfig) -> dict:
     stored = llama_memory.stored_bytes(model)
     backend = llama_memory.offload_batch(keys.backend)
     host = llama_memory.host_compute(g, flags, k, backend, stored) if rig.host_memory is not None else 0
-    r = llama_memory.role_compute(g, flags)
-    first, middle, last, only = r.first, r.middle, r.last, r.only
     local = [gpu.host == rig.gpus[0].host for gpu in rig.gpus]
-    if backend and _may_offload(rig, flags, stored, host):
-        role = partial(llama_memory.offload_compute, g, flags, backend, stored)
-        first, only = max(first, role("first")), max(only, role("only"))
-        if not all(local):  # the first GPU of the main machine offloads, which may be any stage
-            middle, last = max(middle, role("middle")), max(last, role("last"))
-    if k == 1:
-        each, head, tail = only, 0, 0
-    else:
-        each, head, tail = r.middle, max(first - r.middle, 0), max(last - r.middle, 0)
-        if rig.idle_gpus:  # a plan may run on one GPU alone: its stage is first and last at once
-            tail += max(only - (r.middle + head + tail), 0)
-    buffers = [middle if on_main and k > 1 else each for on_main in local]
-    counted = tuple(None if gpu.buffer is not None else b for gpu, b in zip(rig.gpus, buffers, strict=True))
+    offloads = bool(backend) and _may_offload(rig, flags, stored, host)
+    classes = class_counts(g, flags, local, backend, stored, offloads, rig.idle_gpus)
+    bound = next(c for c in classes if c.name == BOUND)
+    counted = tuple(
+        None if gpu.buffer is not None else b for gpu, b in zip(rig.gpus, bound.buffers, strict=True)
+    )
     dense = per_layer(model.dense_bytes, model.layers)
     ffn = tuple((name, tuple(per_layer(v, model.layers))) for name, v in (model.ffn_tensors or {}).items())
     return {
-        "buffers": buffers,
-        "last_stage_extra": tail,
-        "first_stage_bytes": weights + head,
+        "buffers": list(bound.buffers),
+        "last_stage_extra": bound.tail,
+        "first_stage_bytes": weights + bound.head,
         "llama_memory": llama_memory.PlanMemory(
-            g, flags, counted, head, tail, tuple(dense), ffn, backend, stored
+            g, flags, counted, bound.head, bound.tail, tuple(dense), ffn, backend, stored
         ),
+        "classes": classes,
         "host_reserve": host,
     }
 
@@ -248,6 +238,7 @@ class LlamaCpp(BytesSpeed):
             n_ubatch=keys.n_ubatch,
             flash_attn=fa,
             llama_memory=memory.get("llama_memory"),
+            classes=memory.get("classes", ()),
             prompt=prompt_model(rig, model, experts),
             cpu_layers=cpu_layers_of(rig, model),
         )
@@ -342,6 +333,13 @@ class LlamaCpp(BytesSpeed):
             f"llama.cpp splits layers over at most {LLAMA_MAX_SPLITS} GPUs (its --tensor-split takes at "
             f"most {LLAMA_MAX_SPLITS} values); the rig lists {p.n_gpus}: list at most {LLAMA_MAX_SPLITS}",
         )
+
+    def plan_classes(self, p: Problem) -> tuple[Problem, ...]:
+        """Pipeline parallelism on (every expert tensor held) and off (some in host memory, with the
+        op offload): solver.engines.llamacpp.runclass."""
+        from solver.engines.llamacpp.runclass import class_problems
+
+        return class_problems(p)
 
     def default_split(self, p: Problem, which: str | None = None) -> Baseline:
         """``fit`` (the default): what ``--fit`` places on the rig, its printed command scored

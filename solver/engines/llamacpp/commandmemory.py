@@ -58,7 +58,8 @@ def with_command_memory(
     p: Problem, args: LlamaArgs, dev: Devices, layers: list[int], output: int
 ) -> tuple[Problem, int, list[str]]:
     """``p`` with each GPU's compute buffer the command's own (where the plan computed it, not where a
-    GPU's ``buffer:`` key gives it) and the first and last stages' role extras taken off; the host's
+    GPU's ``buffer:`` key gives it) and the first and last stages' role extras taken off (so no longer
+    the ways a plan may run, which count the roles: ``LlamaFields.classes`` dropped); the host's
     compute buffer; and a note saying so. ``p`` unchanged, 0 and no note for a model file without a
     geometry (the allowance stays) or flags llama.cpp refuses."""
     pm = LlamaFields.of(p).llama_memory
@@ -76,6 +77,7 @@ def with_command_memory(
         reserve=np.asarray(reserve, dtype=np.int64),
         first_stage_bytes=p.first_stage_bytes - pm.first_extra,
         last_stage_bytes=p.last_stage_bytes - pm.last_extra,
+        engine_fields=dataclasses.replace(LlamaFields.of(p), classes=()),
     )
     each = ", ".join(
         f"{p.gpu_names[gpu]} {format_size(est.devices[i].compute)}" for i, gpu in enumerate(dev.model)

@@ -67,6 +67,8 @@ class LlamaFields(BytesFields):
     n_ubatch, flash_attn  the micro-batch (``-ub``) and flash attention (``-fa``) the plan assumes
     llama_memory    what the compute buffers were counted from (solver.engines.llamacpp.memory
                     PlanMemory; None: the model file has no ``geometry:`` block, an allowance)
+    classes         what each way llama.cpp may run a plan counts (solver.engines.llamacpp.runclass
+                    Counts: pipeline parallelism on or off); empty in a class's own problem
     prompt          the prompt-processing constants (solver.engines.llamacpp.prompt.PromptModel)
     cpu_layers      what whole layers on the CPU before the first stage cost it
                     (solver.engines.llamacpp.cpumemory.CpuLayers; None: every layer on a GPU)
@@ -83,6 +85,7 @@ class LlamaFields(BytesFields):
     n_ubatch: int = 512
     flash_attn: bool = True
     llama_memory: object | None = None
+    classes: tuple = ()
     prompt: Any = None
     cpu_layers: Any = None
 

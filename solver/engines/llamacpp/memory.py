@@ -1318,14 +1318,16 @@ def run_flags(context: int, n_ubatch: int, flash_attn: bool, kv_type: str) -> Fl
 class Roles:
     """A device's compute buffer by its role in a layer split: ``first`` (the input layers), ``middle``,
     ``last`` (the output layer: logits and the final norm are graph outputs, never freed) and ``only``
-    (one device runs everything). Each of the first three is the larger of the figures with pipeline
-    parallelism on (every layer on GPUs, no ``-ot``) and off: a plan does not know yet whether it
-    will offload a tensor, so it counts the larger."""
+    (one device runs everything, with no pipeline parallelism)."""
 
     first: int
     middle: int
     last: int
     only: int
+
+    def most(self, other: Roles) -> Roles:
+        """Each role's larger figure of the two."""
+        return Roles(*(max(a, b) for a, b in zip(dataclasses.astuple(self), dataclasses.astuple(other))))
 
 
 #: An override that matches no weight: the placement of no override, with pipeline parallelism off.
@@ -1334,17 +1336,24 @@ _NO_PIPELINE = (("^$", "CPU"),)
 _EXPERTS_ON_HOST = (("_exps", "CPU"),)
 
 
-@functools.lru_cache(maxsize=64)
-def role_compute(g: Geometry, f: Flags) -> Roles:
-    """The compute buffer of each role at flags ``f``, from three devices split evenly and from one.
+@functools.lru_cache(maxsize=128)
+def pipeline_roles(g: Geometry, f: Flags, pipeline: bool) -> Roles:
+    """The compute buffer of each role at flags ``f`` with pipeline parallelism on (no override: a plan
+    that holds every expert tensor on the GPUs) or off (any override), from three devices split evenly
+    and from one.
 
     A device's buffer depends on the widths and flags and on its role, not on how many layers it runs
     (the buffer is the largest layer's intermediates plus the split inputs; tests/engines checks it
     against other splits), so three devices give every role of any split."""
-    on = compute_bytes(g, Placement(3), f)
-    off = compute_bytes(g, Placement(3, overrides=_NO_PIPELINE), f)
+    three = compute_bytes(g, Placement(3, overrides=() if pipeline else _NO_PIPELINE), f)
     only = compute_bytes(g, Placement(1), f)
-    return Roles(max(on[0], off[0]), max(on[1], off[1]), max(on[2], off[2]), only[0])
+    return Roles(three[0], three[1], three[2], only[0])
+
+
+def role_compute(g: Geometry, f: Flags) -> Roles:
+    """Each role's larger figure with pipeline parallelism on and off: what a plan counts when it does
+    not know whether it leaves an expert tensor in host memory."""
+    return pipeline_roles(g, f, True).most(pipeline_roles(g, f, False))
 
 
 #: What ``offload_compute`` adds to the most a uniform placement of expert tensors takes: a mixed one
@@ -1357,7 +1366,45 @@ def expert_kinds(stored: tuple[tuple[str, int], ...]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(name.split(".")[2] for name, _ in stored if "_exps" in name))
 
 
+#: Each role's device among three split evenly, or one alone (``only``).
+ROLE_DEVICE = {"first": (3, 0), "middle": (3, 1), "last": (3, 2), "only": (1, 0)}
+
+
 @functools.lru_cache(maxsize=64)
+def host_tensor_compute(
+    g: Geometry, f: Flags, offload_min_batch: int, stored: tuple[tuple[str, int], ...], n: int, device: int
+) -> tuple[int, ...]:
+    """The most each of ``n`` devices split evenly takes with any kinds of expert tensor in host memory
+    in every layer (``ffn_down_exps``, each subset of the kinds), device ``device`` offloading their
+    products (``compute_bytes``; ``offload_min_batch`` 0: none does; ``stored``: the weights' bytes).
+    A tensor in host memory changes the other devices' buffers too: the products' results come back to
+    them as split inputs."""
+    kinds = expert_kinds(stored)
+    most = [0] * n
+    for r in range(1, len(kinds) + 1):
+        for chosen in itertools.combinations(kinds, r):
+            p = Placement(n, overrides=((f"\\.({'|'.join(chosen)})\\.", "CPU"),))
+            got = compute_bytes(g, p, f, offload_min_batch, dict(stored).get, device)
+            most = [max(m, x) for m, x in zip(most, got[:n], strict=True)]
+    return tuple(most)
+
+
+@functools.lru_cache(maxsize=64)
+def last_layer_host_compute(g: Geometry, f: Flags, stored: tuple[tuple[str, int], ...]) -> int:
+    """The most the last of three devices takes with some kinds of the final layer's expert tensors,
+    and no other, in host memory and no device offloading them: the CPU's result then arrives as a split
+    input of the output's split, which the allocator cannot always place in memory freed before (with
+    every layer's there it can): 64 MiB more than either for GLM-4.5-Air at ``-c 32768``."""
+    kinds = expert_kinds(stored)
+    last = g.n_layer - 1
+    most = 0
+    for r in range(1, len(kinds) + 1):
+        for chosen in itertools.combinations(kinds, r):
+            p = Placement(3, overrides=((f"^blk\\.{last}\\.({'|'.join(chosen)})\\.", "CPU"),))
+            most = max(most, compute_bytes(g, p, f)[2])
+    return most
+
+
 def offload_compute(
     g: Geometry, f: Flags, offload_min_batch: int, stored: tuple[tuple[str, int], ...], role: str
 ) -> int:
@@ -1370,14 +1417,8 @@ def offload_compute(
     other devices as split inputs); the buffer is the largest split's, not a sum over layers, so the
     uniform placements bound the mixed ones but for the few split inputs an uneven split moves (under
     1 MiB measured over random ones, tests/engines), which ``OFFLOAD_MARGIN`` covers."""
-    n, device = {"first": (3, 0), "middle": (3, 1), "last": (3, 2), "only": (1, 0)}[role]
-    kinds = expert_kinds(stored)
-    most = 0
-    for r in range(1, len(kinds) + 1):
-        for chosen in itertools.combinations(kinds, r):
-            p = Placement(n, overrides=((f"\\.({'|'.join(chosen)})\\.", "CPU"),))
-            most = max(most, compute_bytes(g, p, f, offload_min_batch, dict(stored).get, device)[device])
-    return most + OFFLOAD_MARGIN
+    n, device = ROLE_DEVICE[role]
+    return host_tensor_compute(g, f, offload_min_batch, stored, n, device)[device] + OFFLOAD_MARGIN
 
 
 @functools.lru_cache(maxsize=16)
