@@ -268,7 +268,7 @@ def dense_tables(units: Units, carried: list[np.ndarray], rooms: Sequence[np.nda
             same = np.equal(ck, now_key, out=tie[rows, :width])
             same &= np.less(cs, now_size, out=fewer[rows, :width])
             up |= same
-            np.copyto(now_key, ck, where=up)
+            np.maximum(now_key, ck, out=now_key)  # what ``up`` takes: a larger key, or the same
             np.copyto(now_size, cs, where=up)
             np.copyto(chose[:, shift:], pid, where=up)
         trace.append(_Trace.of(chose, pats, carried, grain))
