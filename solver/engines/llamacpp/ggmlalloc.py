@@ -384,7 +384,8 @@ def _from_cur(be: Backends, t: Tensor) -> int:
     inputs go to the CPU, ops with a weight source go where the weight is (except ROPE and flash
     attention, whose small weights must not decide), or, for a weight in host memory, to the first
     device that offloads a batch that large (cause ``1.off``)."""
-    b = _backend_from_buffer(be, t)
+    home = t.view_src.buffer if t.view_src is not None else t.buffer
+    b = -1 if home is None else be.first_reader.get(home, -1)
     if b != -1:
         return b
     if t.flags_input:
@@ -710,7 +711,8 @@ def _walk(sched: Schedule, allocs: list[DynAllocator]) -> list[int]:
         for p in t.src:
             if p is not None and p.buffer is None and p.view_src is None and not p.hash.allocated:
                 allocate_node(p, b)
-        allocate_node(t, b)
+        if t.buffer is None and t.view_src is None and not t.hash.allocated:
+            allocate_node(t, b)
         for p in t.src:
             if p is None:
                 continue

@@ -33,6 +33,7 @@ import bisect
 import dataclasses
 import functools
 import itertools
+import math
 import re
 import struct
 from dataclasses import dataclass, field
@@ -1131,10 +1132,10 @@ def compute_bytes(
 #: (tests/engines/test_compute_key.py holds the cut graph to the whole one over every architecture,
 #: recorded commands and random placements, and the key to one figure at half the cap).
 RUN_CAP = 4
-#: What the repeats a cut drops are a multiple of: over alike blocks the allocator's state cycles (its
-#: free list, the residual stream in two or three places), every second block over alike MLA layers,
-#: every third over gpt-oss's pairs of sliding-window and full layers, so the repeats left decide the
-#: state the next slice meets, and a cut keeps them the same modulo each cycle.
+#: Slices whose multiple a cut drops: over alike blocks the allocator's state cycles (its free list,
+#: the residual stream in two or three places), every second slice over alike MLA layers, every sixth
+#: over gpt-oss's pairs of sliding-window and full layers, so the slices left decide the state the
+#: next slice meets, and a cut keeps their count the same modulo each cycle.
 PHASE = 6
 #: The longest block looked for: Q4_K_M's Q6_K tensors every third layer, Qwen3-Next's attention
 #: every fourth, and the two together.
@@ -1219,9 +1220,9 @@ class _Runs:
 
 def _cut(tokens: list[int], cap: int) -> list[int]:
     """The slices kept of a sequence of slice ids: from each slice on, the shortest block (up to
-    ``MAX_PERIOD`` slices) repeated at least ``max(cap // length, 2) + PHASE`` times, with a slice after
-    the repetition, drops a multiple of ``PHASE`` of its repeats, keeping the fewest that leave at least
-    ``max(cap // length, 2)``; any other slice is kept."""
+    ``MAX_PERIOD`` slices) that repeats, with a slice after the repetition, drops the most repeats that
+    are a multiple of ``PHASE`` slices and leave ``max(cap // length, 2)`` repeats at least; any other
+    slice is kept."""
     n, out, i = len(tokens), [], 0
     while i < n:
         found = _repetition(tokens, i, cap)
@@ -1240,14 +1241,14 @@ def _repetition(tokens: list[int], i: int, cap: int) -> tuple[int, int, int] | N
     repeats), or None."""
     n = len(tokens)
     for period in range(1, MAX_PERIOD + 1):
-        least = max(cap // period, 2)
-        if i + (least + PHASE) * period >= n:
+        least, unit = max(cap // period, 2), PHASE // math.gcd(PHASE, period)
+        if i + (least + unit) * period >= n:
             return None
         block = tokens[i : i + period]
         reps = 1
         while i + (reps + 1) * period < n and tokens[i + reps * period : i + (reps + 1) * period] == block:
             reps += 1
-        drop = (reps - least) // PHASE * PHASE
+        drop = (reps - least) // unit * unit
         if drop > 0:
             return period, reps - drop, reps
     return None
