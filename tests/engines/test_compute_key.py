@@ -169,3 +169,38 @@ def test_the_cut_graph_gives_the_whole_graphs_figures(key: str) -> None:
                 cuts += len(kept) < len(runs.shapes)
                 checks += 1
     assert cuts >= checks // 4
+
+
+#: Placements like --fit's dry runs whose figures depend on where the allocator's cycle stands when a
+#: repetition ends: DeepSeek-V2-Lite's MLA layers with the output alone on the last device (a cycle of
+#: two slices), gpt-oss-120b's pairs of sliding-window and full layers with a layer's FFN on the next
+#: device and the last twelve layers' experts in host memory (six slices).
+CYCLES = {
+    "deepseek-v2-lite": (memory.Placement(3, 28, (27.0, 0.0, 1.0)), memory.Flags(32768)),
+    "gpt-oss-120b": (
+        memory.Placement(
+            2,
+            overrides=(
+                (r"blk\.11\.ffn_(gate|up|gate_up|down).*", "RPC1"),
+                *((rf"blk\.{il}\.ffn_(up|down|gate_up|gate)_(ch|)exps", "CPU") for il in range(24, 36)),
+            ),
+            slots=(0,) * 12 + (1,) * 25,
+        ),
+        memory.Flags(65536),
+    ),
+}
+
+
+@pytest.mark.parametrize("key", sorted(CYCLES))
+def test_a_cut_keeps_the_allocators_cycle(key: str) -> None:
+    """The cut of these placements drops slices and still gives the whole graph's figures."""
+    g = geometry(key)
+    p, flags = CYCLES[key]
+    runs = memory._runs(g, memory.effective(flags))
+    memory._place(runs.unplaced, g, p)
+    copies = memory.ggmlalloc.MAX_COPIES if memory.pipeline_parallel(g, p) else 1
+    be = memory.ggmlalloc.rpc_backends(p.n_devices)
+    kept = runs.kept(None)
+    assert len(kept) < len(runs.shapes)
+    whole = runs.simulate(list(range(len(runs.shapes))), be, copies, None)
+    assert runs.simulate(kept, be, copies, None) == whole
