@@ -2,7 +2,9 @@
 placements with one key have one figure. Held with runs of alike layers capped at half of
 ``RUN_CAP``, over the placements of the recorded commands (tests/fixtures/llama-memory.json) and
 random ones at their flags: splits over 1-4 devices, -ngl below the layer count, expert tensors of
-random layer ranges in host memory, a layer's FFN tensors on another device (fit's extra layer)."""
+random layer ranges in host memory, a layer's FFN tensors on another device (fit's extra layer).
+And the figures themselves: a placement's graph simulated with its long repetitions of alike slices
+cut gives every backend's figure of the whole graph."""
 
 from __future__ import annotations
 
