@@ -231,7 +231,11 @@ def dense_table(units: Units, carried: list[np.ndarray], rooms: np.ndarray) -> F
 def dense_tables(units: Units, carried: list[np.ndarray], rooms: Sequence[np.ndarray]) -> list[Fills]:
     """``dense_table`` of each of several room arrays (one rig at several contexts) from one DP: a
     state's best fill does not depend on how many states there are above it, so the DP counts the
-    states of the largest room of them all and each array reads its own."""
+    states of the largest room of them all and each array reads its own.
+
+    The DP keeps only each state's key and bytes, and for every layer which pattern last improved each
+    (start, state) (``trace``); the carried sums of the cells the rooms read are summed afterwards along
+    those choices (``_carried``), rather than carried through every state of every layer."""
     n = units.n_layers
     grain = int(np.gcd.reduce(units.size)) if len(units.size) else 1
     cap = min(max(int(r.max(initial=0)) for r in rooms), int(units.size.sum()))
@@ -244,41 +248,93 @@ def dense_tables(units: Units, carried: list[np.ndarray], rooms: Sequence[np.nda
         )
         for r in rooms
     ]
-    own = [np.array_equal(c, units.size) for c in carried]
     key = np.zeros((n, states), dtype=np.int64)  # row a: the fill of [a, b) after layer b - 1
-    size = np.zeros((n, states), dtype=np.int64)
-    sums = [None if own[i] else np.zeros((n, states), dtype=np.int64) for i in range(len(carried))]
+    size = np.zeros((n, states), dtype=np.int32 if states < 2**31 else np.int64)  # in grains (<= state)
+    cand_key, cand_size = np.empty_like(key), np.empty_like(size)  # scratch, reused by every pattern
+    better, tie, fewer = (np.empty((n, states), dtype=bool) for _ in range(3))
+    trace: list[_Trace] = []
     for layer in range(n):
         rows = slice(0, layer + 1)  # starts a <= layer; row ``layer`` starts empty
         pats = _distinct([p for p in patterns(units, layer) if p.held and p.size // grain < states], carried)
         base_key, base_size = key[rows].copy(), size[rows].copy()
-        base_sums = [None if x is None else x[rows].copy() for x in sums]
-        for p in pats:
+        chose = np.zeros((layer + 1, states), dtype=np.int8 if len(pats) < 127 else np.int16)
+        for pid, p in enumerate(pats, 1):
             shift = p.size // grain
             width = states - shift
-            cand_key = base_key[:, :width] + p.key
-            cand_size = base_size[:, :width] + p.size
+            ck = np.add(base_key[:, :width], p.key, out=cand_key[rows, :width])
+            cs = np.add(base_size[:, :width], shift, out=cand_size[rows, :width])
             now_key, now_size = key[rows, shift:], size[rows, shift:]
-            better = cand_key > now_key
-            better |= (cand_key == now_key) & (cand_size < now_size)
-            np.copyto(now_key, cand_key, where=better)
-            np.copyto(now_size, cand_size, where=better)
-            held = list(p.held)
-            for i, per_unit in enumerate(carried):
-                if sums[i] is not None:
-                    cand = base_sums[i][:, :width] + int(per_unit[held].sum())
-                    np.copyto(sums[i][rows, shift:], cand, where=better)
+            up = np.greater(ck, now_key, out=better[rows, :width])
+            same = np.equal(ck, now_key, out=tie[rows, :width])
+            same &= np.less(cs, now_size, out=fewer[rows, :width])
+            up |= same
+            np.maximum(now_key, ck, out=now_key)  # what ``up`` takes: a larger key, or the same
+            np.copyto(now_size, cs, where=up)
+            np.copyto(chose[:, shift:], pid, where=up)
+        trace.append(_Trace.of(chose, pats, carried, grain))
         for out, r in zip(outs, rooms):
             room = r[:, : layer + 1, layer + 1]  # (G, a)
             ok = room >= 0
             state = np.minimum(np.maximum(room, 0) // grain, states - 1)
             starts = np.broadcast_to(np.arange(layer + 1), room.shape)
             out.key[:, : layer + 1, layer + 1] = np.where(ok, key[starts, state], 0)
-            out.size[:, : layer + 1, layer + 1] = np.where(ok, size[starts, state], 0)
-            for i in range(len(carried)):
-                got = size if sums[i] is None else sums[i]
-                out.sums[i][:, : layer + 1, layer + 1] = np.where(ok, got[starts, state], 0)
+            out.size[:, : layer + 1, layer + 1] = np.where(
+                ok, size[starts, state].astype(np.int64) * grain, 0
+            )
+    for out, r in zip(outs, rooms):
+        _carried(out, r, trace, carried, units.size, grain, states)
     return outs
+
+
+@dataclass(frozen=True)
+class _Trace:
+    """One layer of the fill DP: which of its patterns (1-based; 0 none) each (start, state) took last,
+    and each pattern's grains and carried sums (row 0: none)."""
+
+    chose: np.ndarray
+    shift: np.ndarray
+    sums: np.ndarray
+
+    @classmethod
+    def of(cls, chose: np.ndarray, pats: list[Pattern], carried: list[np.ndarray], grain: int) -> _Trace:
+        shift = np.array([0, *(p.size // grain for p in pats)], dtype=np.int64)
+        sums = np.zeros((len(pats) + 1, len(carried)), dtype=np.int64)
+        for pid, p in enumerate(pats, 1):
+            held = list(p.held)
+            sums[pid] = [int(c[held].sum()) for c in carried]
+        return cls(chose, shift, sums)
+
+
+def _carried(
+    out: Fills,
+    rooms: np.ndarray,
+    trace: list[_Trace],
+    carried: list[np.ndarray],
+    size: np.ndarray,
+    grain: int,
+    states: int,
+) -> None:
+    """The carried sums of every cell (g, a, b) whose room is not negative: from its room's state after
+    layer b - 1 back to layer a, each layer's chosen pattern adds its sums and gives back its grains.
+    A carried array that is the units' own sizes is the bytes held, already known."""
+    g, a, b = np.nonzero(rooms >= 0)
+    keep = b > a
+    g, a, b = g[keep], a[keep], b[keep]
+    state = np.minimum(rooms[g, a, b] // grain, states - 1)
+    total = np.zeros((len(g), len(carried)), dtype=np.int64)
+    for layer in range(len(trace) - 1, -1, -1):
+        on = np.flatnonzero((a <= layer) & (b > layer))
+        if not len(on):
+            continue
+        t = trace[layer]
+        pid = t.chose[a[on], state[on]].astype(np.int64)
+        total[on] += t.sums[pid]
+        state[on] -= t.shift[pid]
+    for i, c in enumerate(carried):
+        if np.array_equal(c, size):
+            out.sums[i][...] = out.size
+        else:
+            out.sums[i][g, a, b] = total[:, i]
 
 
 def uniform_table(units: Units, carried: list[np.ndarray], rooms: np.ndarray) -> Fills | None:

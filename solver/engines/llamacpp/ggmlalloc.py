@@ -15,6 +15,7 @@ Tensors carry shapes, strides and types but no data; sizes are ``ggml_nbytes``.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -318,6 +319,15 @@ class Backends:
     def cpu(self) -> int:
         return len(self.names) - 1
 
+    @functools.cached_property
+    def first_reader(self) -> dict[str, int]:
+        """The first backend that reads each buffer type (where a tensor in it is computed)."""
+        out: dict[str, int] = {}
+        for i, readable in enumerate(self.readable):
+            for buft in readable:
+                out.setdefault(buft, i)
+        return out
+
 
 def rpc_backends(n_devices: int, host_bufts: Iterable[str] = ("CPU", "CPU_REPACK")) -> Backends:
     """``RPC0..RPCn-1`` then the CPU: each RPC backend reads only its own buffers; the CPU reads the
@@ -355,12 +365,7 @@ class Schedule:
 
 def _backend_from_buffer(be: Backends, t: Tensor) -> int:
     home = t.home
-    if home is None:
-        return -1
-    for i, readable in enumerate(be.readable):
-        if home in readable:
-            return i
-    return -1
+    return -1 if home is None else be.first_reader.get(home, -1)
 
 
 def op_batch_size(t: Tensor) -> int:
@@ -379,7 +384,8 @@ def _from_cur(be: Backends, t: Tensor) -> int:
     inputs go to the CPU, ops with a weight source go where the weight is (except ROPE and flash
     attention, whose small weights must not decide), or, for a weight in host memory, to the first
     device that offloads a batch that large (cause ``1.off``)."""
-    b = _backend_from_buffer(be, t)
+    home = t.view_src.buffer if t.view_src is not None else t.buffer
+    b = -1 if home is None else be.first_reader.get(home, -1)
     if b != -1:
         return b
     if t.flags_input:
@@ -625,15 +631,24 @@ def allocate(sched: Schedule, n_buffers: int, alignment: int = 32) -> list[int]:
     """``ggml_gallocr_alloc_graph_impl`` + ``reserve_n_size``: the high-water mark of each buffer
     (one per backend) when the scheduled graph is allocated in order."""
     allocs = [DynAllocator(alignment) for _ in range(n_buffers)]
-    for t in (*sched.leafs, *sched.nodes):  # a fresh record for every tensor the walk can reach
+    # a fresh record for every tensor the walk can reach: the leafs and nodes, whose sources and view
+    # sources are leafs and nodes too (``Graph.expand`` visits every source; a view's source chain
+    # reaches the tensor it views); cleared afterwards, so a tensor reached otherwise fails loudly
+    for t in sched.leafs:
         t.hash = _Hash()
-        if t.view_src is not None:
-            t.view_src.hash = _Hash()
-        for s in t.src:
-            if s is not None:
-                s.hash = _Hash()
-                if s.view_src is not None:
-                    s.view_src.hash = _Hash()
+    for t in sched.nodes:
+        t.hash = _Hash()
+    try:
+        return _walk(sched, allocs)
+    finally:
+        for t in sched.leafs:
+            t.hash = None
+        for t in sched.nodes:
+            t.hash = None
+
+
+def _walk(sched: Schedule, allocs: list[DynAllocator]) -> list[int]:
+    """The allocation walk of ``allocate`` over records already made."""
 
     def allocate_node(t: Tensor, buffer: int) -> None:
         hn = t.hash
@@ -694,9 +709,10 @@ def allocate(sched: Schedule, n_buffers: int, alignment: int = 32) -> list[int]:
                 allocate_node(s, b)
     for t, b in zip(sched.nodes, sched.node_backend):
         for p in t.src:
-            if p is not None:
+            if p is not None and p.buffer is None and p.view_src is None and not p.hash.allocated:
                 allocate_node(p, b)
-        allocate_node(t, b)
+        if t.buffer is None and t.view_src is None and not t.hash.allocated:
+            allocate_node(t, b)
         for p in t.src:
             if p is None:
                 continue

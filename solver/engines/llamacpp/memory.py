@@ -29,9 +29,11 @@ never offload an op whose weights sit in host memory. docs/engines.md says how a
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import functools
 import itertools
+import math
 import re
 import struct
 from dataclasses import dataclass, field
@@ -43,7 +45,7 @@ from solver.errors import InputError
 from solver.units import per_layer
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
 
     from solver.files.config import ModelConfig
 
@@ -1110,7 +1112,8 @@ def compute_bytes(
     runs = _runs(g, effective(f))
     _place(runs.unplaced, g, p)
     pipeline = pipeline_parallel(g, p)
-    key = runs.key(p.n_devices, pipeline, offload_min_batch, offload_from, weight_bytes)
+    typed = weight_bytes if offload_min_batch else None
+    key, kept = runs.key(p.n_devices, pipeline, offload_min_batch, offload_from, typed)
     figures = runs.figures.get(key)
     if figures is None:
         be = dataclasses.replace(
@@ -1118,34 +1121,46 @@ def compute_bytes(
             offload_min_batch=offload_min_batch,
             offload_from=offload_from,
         )
-        copies = ggmlalloc.MAX_COPIES if pipeline else 1
-        stored = weight_bytes if offload_min_batch else None
-        sched = ggmlalloc.schedule(runs.unplaced.graph, be, copies, stored)
-        try:
-            figures = runs.figures[key] = tuple(ggmlalloc.allocate(sched, len(be.names), ALIGNMENT))
-        finally:
-            sched.restore()
+        figures = runs.figures[key] = runs.simulate(kept, be, ggmlalloc.MAX_COPIES if pipeline else 1, typed)
     return list(figures)
 
 
-#: Slices alike in a row (the same ops over weights and caches in the same buffers) past which the
-#: compute buffer does not change: the allocator's free list repeats from one layer to the next within
-#: a layer or two, so a key counts longer runs as this many (tests/engines/test_compute_key.py holds
-#: the key to recorded commands and random placements with runs capped at half of it).
+#: Slices of a repetition of alike blocks (the same ops over weights and caches in the same buffers,
+#: the same stored bytes where an op offload copies them) a simulation keeps at least (two blocks at
+#: least): the allocator's state settles into its cycle within a block or two, so a longer repetition
+#: is cut (``_cut``), and placements that differ only beyond it share one figure
+#: (tests/engines/test_compute_key.py holds the cut graph to the whole one over every architecture,
+#: recorded commands and random placements, and the key to one figure at half the cap).
 RUN_CAP = 4
+#: Slices whose multiple a cut drops: over alike blocks the allocator's state cycles (its free list,
+#: the residual stream in two or three places), every second slice over alike MLA layers, every sixth
+#: over gpt-oss's pairs of sliding-window and full layers, so the slices left decide the state the
+#: next slice meets, and a cut keeps their count the same modulo each cycle.
+PHASE = 6
+#: The longest block looked for: Q4_K_M's Q6_K tensors every third layer, Qwen3-Next's attention
+#: every fourth, and the two together.
+MAX_PERIOD = 12
 
 
 @dataclass(frozen=True)
 class _Runs:
-    """A reservation graph cut into slices, each starting at the first op that reads a weight of a
-    later layer than the slice before: each slice's ``shape`` (equal ids: the same ops, shapes and
-    strides over the same kinds of sources, the layer number aside), the pre-allocated tensors it reads
-    (``reads``, weights marked), and the figures computed so far by key."""
+    """A reservation graph cut into slices (slice k is ``nodes[starts[k]:starts[k + 1]]``), each
+    starting at the first op that reads a weight of a later layer than the slice before: each slice's
+    ``shape`` (equal ids: the same ops, shapes and strides over the same kinds of sources, the layer
+    number aside), the pre-allocated tensors it reads (``reads``, weights marked), the ids of each
+    (shape, where it reads) seen (``tokens``, filled by ``kept``) and the figures computed so far by
+    key."""
 
     unplaced: _Unplaced
+    starts: tuple[int, ...]
     shapes: tuple[int, ...]
     reads: tuple[tuple[Tensor, ...], ...]
+    links: tuple[tuple[tuple[Tensor, int, int, int], ...], ...]
+    outputs: tuple[bool, ...]
+    inputs: tuple[Tensor, ...]
     figures: dict[tuple, tuple[int, ...]] = field(default_factory=dict)
+    ids: dict[tuple, int] = field(default_factory=dict)
+    tokens: list[int] = field(default_factory=list)
 
     def key(
         self,
@@ -1153,29 +1168,146 @@ class _Runs:
         pipeline: bool,
         offload_min_batch: int,
         offload_from: int,
-        weight_bytes: Callable[[str], int | None] | None,
-    ) -> tuple:
+        typed: Callable[[str], int | None] | None,
+    ) -> tuple[tuple, list[int]]:
         """What the compute buffer of the graph as now placed depends on: the devices, pipeline
-        parallelism, the op offload (from which batch, on which device), and each run of alike slices
-        (shape, the buffers of what they read, the stored bytes an offload copies) with its length
-        capped at ``RUN_CAP``."""
-        typed = weight_bytes if offload_min_batch else None
-        runs: list[list] = []
-        for shape, reads in zip(self.shapes, self.reads):
-            where = tuple(t.buffer for t in reads)
-            if typed is not None:
-                where += tuple(typed(t.name) for t in reads if t.weights)
-            if runs and runs[-1][0] == shape and runs[-1][1] == where:
-                runs[-1][2] += 1
-            else:
-                runs.append([shape, where, 1])
+        parallelism, the op offload (from which batch, on which device) and the ids of the slices a
+        simulation keeps; and those slices (``kept``)."""
+        kept = self.kept(typed)
         return (
             n_devices,
             pipeline,
             offload_min_batch,
             offload_from,
-            tuple((s, w, min(n, RUN_CAP)) for s, w, n in runs),
-        )
+            tuple(self.tokens[k] for k in kept),
+        ), kept
+
+    def kept(self, typed: Callable[[str], int | None] | None) -> list[int]:
+        """The slices a simulation of the graph as now placed keeps (``_cut``), after setting
+        ``tokens``, each slice's id of its shape and where it reads: the buffers of what it reads and,
+        with an op offload (``typed``: the weights' stored bytes), the stored bytes of what it reads
+        from host memory (only a host weight is copied to the device that offloads its op)."""
+        ids, tokens = self.ids, self.tokens
+        tokens.clear()
+        for shape, reads in zip(self.shapes, self.reads):
+            where = tuple(t.buffer for t in reads)
+            if typed is not None:
+                where += tuple(typed(t.name) for t in reads if t.weights and t.buffer == "CPU")
+            tokens.append(ids.setdefault((shape, where), len(ids)))
+        return _cut(tokens, RUN_CAP)
+
+    def simulate(
+        self,
+        kept: list[int],
+        be: ggmlalloc.Backends,
+        n_copies: int,
+        typed: Callable[[str], int | None] | None,
+    ) -> tuple[int, ...]:
+        """Each backend's compute buffer from scheduling and allocating the graph's ``kept`` slices
+        (``_Cut``; the whole graph where a cut slice is read other than by the next kept slice)."""
+        cut = _Cut.of(self, kept)
+        graph = cut.graph if cut is not None else self.unplaced.graph
+        try:
+            sched = ggmlalloc.schedule(graph, be, n_copies, typed)
+            try:
+                return tuple(ggmlalloc.allocate(sched, len(be.names), ALIGNMENT))
+            finally:
+                sched.restore()
+        finally:
+            if cut is not None:
+                cut.restore()
+
+
+def _cut(tokens: list[int], cap: int) -> list[int]:
+    """The slices kept of a sequence of slice ids: from each slice on, the shortest block (up to
+    ``MAX_PERIOD`` slices) that repeats, with a slice after the repetition, drops the most repeats that
+    are a multiple of ``PHASE`` slices and leave ``max(cap // length, 2)`` repeats at least; any other
+    slice is kept."""
+    n, out, i = len(tokens), [], 0
+    while i < n:
+        found = _repetition(tokens, i, cap)
+        if found is None:
+            out.append(i)
+            i += 1
+            continue
+        period, keep, reps = found
+        out.extend(range(i, i + keep * period))
+        i += reps * period
+    return out
+
+
+def _repetition(tokens: list[int], i: int, cap: int) -> tuple[int, int, int] | None:
+    """The shortest block from slice ``i`` whose repeats ``_cut`` cuts: (length, repeats kept,
+    repeats), or None."""
+    n = len(tokens)
+    for period in range(1, MAX_PERIOD + 1):
+        least, unit = max(cap // period, 2), PHASE // math.gcd(PHASE, period)
+        if i + (least + unit) * period >= n:
+            return None
+        block = tokens[i : i + period]
+        reps = 1
+        while i + (reps + 1) * period < n and tokens[i + reps * period : i + (reps + 1) * period] == block:
+            reps += 1
+        drop = (reps - least) // unit * unit
+        if drop > 0:
+            return period, reps - drop, reps
+    return None
+
+
+@dataclass
+class _Cut:
+    """The graph of a ``_Runs``' kept slices: the first slice kept after dropped ones reads the last
+    slice kept before them where it read the last dropped one (the same shape, so the same offsets),
+    which ``restore`` undoes; leafs are the graph's inputs and the pre-allocated tensors the kept
+    slices read."""
+
+    graph: Graph
+    undo: list[tuple[Tensor, int, Tensor | None]]
+
+    @classmethod
+    def of(cls, runs: _Runs, kept: list[int]) -> _Cut | None:
+        """The cut graph, or None when it is the whole graph or a dropped node is read otherwise (an
+        output, a slice's read of an earlier one than its last)."""
+        starts, nodes = runs.starts, runs.unplaced.graph.nodes
+        if len(kept) == len(starts) - 1:
+            return None
+        keep = set(kept)
+        if any(runs.outputs[k] for k in range(len(starts) - 1) if k not in keep):
+            return None
+        cut = cls(Graph(), [])
+        previous = -1
+        for k in kept:
+            shift = starts[previous] - starts[k - 1] if k != previous + 1 else None
+            for t, j, i, source in runs.links[k]:
+                if source in keep:
+                    continue
+                if shift is None or source != k - 1:  # only the slice before may stand in
+                    cut.restore()
+                    return None
+                cut._point(t, j, nodes[i + shift])
+            cut.graph.nodes.extend(nodes[starts[k] : starts[k + 1]])
+            previous = k
+        held = {id(t): t for k in kept for t in runs.reads[k]}
+        cut.graph.leafs = [*runs.inputs, *held.values()]
+        return cut
+
+    def _point(self, t: Tensor, j: int, s: Tensor) -> None:
+        """Make ``s`` source ``j`` of ``t`` (-1: its view source)."""
+        if j < 0:
+            self.undo.append((t, j, t.view_src))
+            t.view_src = s
+        else:
+            self.undo.append((t, j, t.src[j]))
+            t.src[j] = s
+
+    def restore(self) -> None:
+        """The graph's tensors as they were."""
+        for t, j, s in reversed(self.undo):
+            if j < 0:
+                t.view_src = s
+            else:
+                t.src[j] = s
+        self.undo.clear()
 
 
 _LAYER_OF_NAME = re.compile(r"^(?:blk\.|cache_[a-z]+_l)(\d+)")
@@ -1203,12 +1335,27 @@ def _runs(g: Geometry, f: Flags) -> _Runs:
     index = {id(t): i for i, t in enumerate(nodes)}
     index |= {id(t): ("leaf", i) for i, t in enumerate(unplaced.graph.leafs)}
     ids: dict[tuple, int] = {}
-    shapes, reads = [], []
+    shapes, reads, links, outputs = [], [], [], []
     for k in range(len(starts) - 1):
         ops, held = _slice(nodes, starts[k], starts[k + 1], starts[max(k - 1, 0)], index)
         shapes.append(ids.setdefault(ops, len(ids)))
         reads.append(held)
-    return _Runs(unplaced, tuple(shapes), tuple(reads))
+        links.append(tuple(_links(nodes, starts, k, index)))
+        outputs.append(any(t.flags_output for t in nodes[starts[k] : starts[k + 1]]))
+    inputs = tuple(t for t in unplaced.graph.leafs if t.buffer is None)
+    return _Runs(unplaced, tuple(starts), tuple(shapes), tuple(reads), tuple(links), tuple(outputs), inputs)
+
+
+def _links(
+    nodes: list[Tensor], starts: list[int], k: int, index: dict[int, int | tuple[str, int]]
+) -> Iterator[tuple[Tensor, int, int, int]]:
+    """Slice ``k``'s reads of other slices' nodes: (node, source index (-1: the view source), the
+    source's node index, its slice)."""
+    for t in nodes[starts[k] : starts[k + 1]]:
+        for j, s in ((-1, t.view_src), *enumerate(t.src)):
+            i = index.get(id(s)) if s is not None else None
+            if isinstance(i, int) and not starts[k] <= i < starts[k + 1]:
+                yield t, j, i, bisect.bisect_right(starts, i) - 1
 
 
 def _slice(
