@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from solver.engines import build_table
 from solver.engines.strata import StrataFields
-from solver.planning import planner
+from solver.planning import classes
 from solver.planning.build import build_arcs
 from solver.planning.planner import plan_rig
 from solver.report.planview import to_json
@@ -218,7 +218,7 @@ def test_the_pruned_path_agrees_with_the_dp_under_every_engine(engine):
         )
         p = dataclasses.replace(p, layer_ms=np.round(np.random.default_rng(seed).uniform(0.4, 2.0, 7), 3))
         arcs = build_arcs(p, build_table(p))
-        got, want = planner.solve_plan(arcs, Limits(workers=1), NO_DP_FIRST), exact_dp(arcs)
+        got, want = classes.solve_plan(arcs, Limits(workers=1), NO_DP_FIRST), exact_dp(arcs)
         assert got.work.pruned_arcs is not None or not len(arcs)
         assert (got.status, got.gpus, got.cuts) == (want.status, want.gpus, want.cuts)
 
@@ -278,7 +278,7 @@ def test_the_throughput_objective_cuts_by_windows_and_agrees_with_the_dp():
     for seed in range(3):
         p = distinct_cards(seed, 10, 48, "throughput")
         arcs = build_arcs(p, build_table(p))
-        got, want = planner.solve_plan(arcs, Limits(workers=1), NO_DP_FIRST), exact_dp(arcs)
+        got, want = classes.solve_plan(arcs, Limits(workers=1), NO_DP_FIRST), exact_dp(arcs)
         assert got.work.cut_by == "windows" and got.work.pruned_arcs < len(arcs) / 50
         assert (got.status, got.gpus, got.cuts) == (want.status, want.gpus, want.cuts)
 
@@ -318,7 +318,7 @@ def test_pruned_solve_under_binding_host_memory_limits_returns_the_exhaustive_pl
             )
             got = got or Solution("none", "infeasible")  # None: no relaxed path covers the layers
             assert (got.status, got.gpus, got.cuts) == (want.status, want.gpus, want.cuts), (seed, share)
-            product = planner.solve_plan(limited, Limits(workers=1))  # the DP refuses; the cut answers
+            product = classes.solve_plan(limited, Limits(workers=1))  # the DP refuses; the cut answers
             assert (product.status, product.gpus, product.cuts) == (want.status, want.gpus, want.cuts)
     assert binding > 20 and hosts > 5
 
