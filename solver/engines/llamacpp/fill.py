@@ -309,7 +309,7 @@ def _relax(
         up |= same
         np.maximum(now_key, ck, out=now_key)  # what ``up`` takes: a larger key, or the same
         np.copyto(now_size, cs, where=up)
-        np.copyto(chose[:, shift:], pid, where=up)
+        _mark(chose, shift, up, pid)
 
 
 def _relax_packed(
@@ -338,9 +338,16 @@ def _relax_packed(
         cur = now[:, shift:]
         up = np.greater(ck, cur, out=better[rows, :width])
         np.maximum(cur, ck, out=cur)
-        np.copyto(chose[:, shift:], pid, where=up)
+        _mark(chose, shift, up, pid)
     key[rows] = now >> bits
     size[rows] = most - (now & most)
+
+
+def _mark(chose: np.ndarray, shift: int, up: np.ndarray, pid: int) -> None:
+    """``chose[:, shift:]`` takes ``pid`` where ``up``: a layer's patterns come in increasing ``pid``
+    over a zeroed ``chose``, so the last one marked is the largest, and a maximum (many times faster
+    than a masked copy) marks it."""
+    np.maximum(chose[:, shift:], np.multiply(up, pid, dtype=chose.dtype), out=chose[:, shift:])
 
 
 @dataclass(frozen=True)
