@@ -36,12 +36,32 @@ def test_llama_fill_is_the_best_subset(seed):
     _assert_fills_are_the_best_subsets(p)
 
 
+@pytest.mark.parametrize("packed", [True, False])
 @pytest.mark.parametrize("seed", [1547, 2044, *range(20)])
-def test_llama_fill_ties_follow_the_cpu_list(seed):
+def test_llama_fill_ties_follow_the_cpu_list(seed, packed, monkeypatch):
     """Small stages whose sets of equal time differ in which layer's tensors stay on the CPU (seed
     1547: a 20-byte tensor of layer 1 against its 8- and 12-byte ones; 2044: a layer held whole
-    against the same bytes over two layers): the fill follows every tie rule down to the last."""
+    against the same bytes over two layers): the fill follows every tie rule down to the last, with
+    the DP's key and bytes packed in one integer and, as for keys too large to pack, apart."""
+    from solver.engines.llamacpp import fill
+
+    relaxed: list[str] = []
+    for name in ("_relax", "_relax_packed"):
+        monkeypatch.setattr(fill, name, _counted(getattr(fill, name), name, relaxed))
+    if not packed:
+        monkeypatch.setattr(fill, "PACKED_LIMIT", 0)
     _assert_fills_are_the_best_subsets(random_engine_problem(seed, "llama.cpp", n_layers=3, n_gpus=2))
+    assert set(relaxed) <= {"_relax_packed" if packed else "_relax"}  # none where units are alike
+
+
+def _counted(f, name: str, calls: list[str]):
+    """``f``, noting ``name`` in ``calls`` at each call."""
+
+    def counted(*args):
+        calls.append(name)
+        return f(*args)
+
+    return counted
 
 
 def _assert_fills_are_the_best_subsets(p) -> None:

@@ -23,7 +23,7 @@ import numpy as np
 from solver.engines.export import Offload
 from solver.engines.llamacpp.args import LlamaArgs
 from solver.engines.llamacpp.fields import LlamaFields
-from solver.engines.llamacpp.flags import MAX_BLOCKS, moe_rules
+from solver.engines.llamacpp.flags import FFN_EXPS_REGEX, MAX_BLOCKS
 from solver.engines.llamacpp.layout import slot_devices
 from solver.engines.llamacpp.tensors import Costs, base_tensor
 from solver.errors import ArgsError
@@ -172,9 +172,21 @@ def layer_devices(p: Problem, args: LlamaArgs, dev: Devices) -> tuple[list[int],
 def _dense_hit(pattern: str, n_blocks: int) -> str | None:
     """The first dense tensor of blocks 0..n_blocks-1 an -ot rule's pattern finds, if any (cached: fit's
     dry runs and a score repeat the same rules)."""
+    return next(filter(re.compile(pattern).search, _dense_names(n_blocks)), None)
+
+
+@functools.cache
+def _dense_names(n_blocks: int) -> tuple[str, ...]:
+    """The dense tensors of blocks 0..n_blocks-1, block by block."""
+    return tuple(f"blk.{i}.{t}" for i in range(n_blocks) for t in DENSE_TENSORS)
+
+
+@functools.lru_cache(maxsize=1024)
+def _found(pattern: str, names: tuple[str, ...]) -> tuple[str, ...]:
+    """The names an -ot rule's pattern finds (cached: fit's dry runs search the same rules over the same
+    tensors)."""
     regex = re.compile(pattern)
-    names = (f"blk.{i}.{t}" for i in range(n_blocks) for t in DENSE_TENSORS)
-    return next((name for name in names if regex.search(name)), None)
+    return tuple(name for name in names if regex.search(name))
 
 
 def _mains(names: tuple[str, ...]) -> list[str]:
@@ -182,13 +194,16 @@ def _mains(names: tuple[str, ...]) -> list[str]:
     return [n for n in names if base_tensor(n) == n] or list(names[:1])
 
 
-@functools.cache
-def _moe_patterns(n_blocks: int) -> tuple[frozenset[str], frozenset[str]]:
-    """The ``-ncmoe``/``-cmoe`` patterns of a model of ``n_blocks`` blocks (they match expert tensors
-    only), and those of ``-ncmoe`` past its last block (they match nothing, so are not searched)."""
-    rules = [pattern for pattern, _ in moe_rules(MAX_BLOCKS)]
-    own = frozenset(rules[:n_blocks] + [pattern for pattern, _ in moe_rules(cpu_moe=True)])
-    return own, frozenset(rules[n_blocks:])
+#: An ``-ncmoe`` rule: the experts of one block, by number.
+_NCMOE_RULE = re.compile(r"blk\\\.(0|[1-9][0-9]*)" + re.escape(FFN_EXPS_REGEX))
+
+
+def _moe_block(pattern: str) -> int | None:
+    """The block an ``-ncmoe`` rule's pattern names, -1 for ``-cmoe``'s, None for other patterns."""
+    if pattern == FFN_EXPS_REGEX:
+        return -1
+    m = _NCMOE_RULE.fullmatch(pattern)
+    return int(m[1]) if m and int(m[1]) < MAX_BLOCKS else None
 
 
 def placed_bytes(
@@ -197,13 +212,14 @@ def placed_bytes(
     """Bytes of each unit (in Costs order) on each GPU, the CPU last (shape (U, k+1)); the names of each
     unit's tensors on the CPU; notes on rules that reach past the expert tensors."""
     n_blocks = p.n_layers + LlamaFields.of(p).nextn_layers
-    own, beyond = _moe_patterns(n_blocks)
-    given = [(pattern, buft) for pattern, buft in args.overrides if pattern not in beyond]
+    blocks = {pattern: _moe_block(pattern) for pattern, _ in args.overrides}
+    # -ncmoe rules past the last block match nothing, so are not searched.
+    given = [(pattern, buft) for pattern, buft in args.overrides if (blocks[pattern] or 0) < n_blocks]
     rules = [(re.compile(pattern), buft, f"{pattern}={buft}") for pattern, buft in given]
     targets = [dev.of_buffer(buft, shown) for _, buft, shown in rules]
     notes = []
     for regex, _, shown in rules:
-        if regex.pattern in own:
+        if blocks[regex.pattern] is not None:
             continue
         hit = _dense_hit(regex.pattern, n_blocks)
         if hit:
@@ -212,11 +228,21 @@ def placed_bytes(
                 f"the score moves expert tensors only"
             )
 
+    fields = LlamaFields.of(p)
+    full = tuple(
+        dict.fromkeys(
+            Offload(int(c.layer[i]), name).name
+            for i, u in enumerate(c.order)
+            for name in fields.unit_names[int(u)]
+        )
+    )
+    first: dict[str, int] = {}
+    for (regex, _, _), target in zip(rules, targets):
+        for name in _found(regex.pattern, full):
+            first.setdefault(name, target)
+
     def where(name: str, home: int) -> int:
-        for (regex, _, _), target in zip(rules, targets):
-            if regex.search(name):
-                return target
-        return home
+        return first.get(name, home)
 
     k = p.n_gpus
     out = np.zeros((len(c.layer), k + 1), dtype=np.int64)
@@ -224,7 +250,7 @@ def placed_bytes(
     parted: list[str] = []
     for i, u in enumerate(c.order):
         layer = int(c.layer[i])
-        names = LlamaFields.of(p).unit_names[int(u)]
+        names = fields.unit_names[int(u)]
         mains = _mains(names)
         home = layers[layer]
         size = int(c.size[i])

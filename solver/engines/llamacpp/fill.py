@@ -41,6 +41,9 @@ import numpy as np
 #: Most byte states the fill's DP counts in: a 141 GiB card in the 18 MiB grain of a Q4_K_M GGUF's
 #: tensor sizes still counts exactly; sizes that share no such divisor are rounded up to a coarser grain.
 MAX_STATES = 8192
+#: Bound on the fill DP's packed (key, bytes) integers, below int64's so that adding a pattern to one
+#: cannot overflow: keys too large to pack with the bytes are compared as a pair instead.
+PACKED_LIMIT = 2**62
 
 
 @dataclass(frozen=True)
@@ -251,26 +254,18 @@ def dense_tables(units: Units, carried: list[np.ndarray], rooms: Sequence[np.nda
     key = np.zeros((n, states), dtype=np.int64)  # row a: the fill of [a, b) after layer b - 1
     size = np.zeros((n, states), dtype=np.int32 if states < 2**31 else np.int64)  # in grains (<= state)
     cand_key, cand_size = np.empty_like(key), np.empty_like(size)  # scratch, reused by every pattern
+    bits = (states - 1).bit_length()  # a state's bytes, in grains, are below 2**bits
+    packed = (int(np.abs(units.value).sum()) + n * abs(units.sigma) + 1) << bits < PACKED_LIMIT
     better, tie, fewer = (np.empty((n, states), dtype=bool) for _ in range(3))
     trace: list[_Trace] = []
     for layer in range(n):
         rows = slice(0, layer + 1)  # starts a <= layer; row ``layer`` starts empty
         pats = _distinct([p for p in patterns(units, layer) if p.held and p.size // grain < states], carried)
-        base_key, base_size = key[rows].copy(), size[rows].copy()
         chose = np.zeros((layer + 1, states), dtype=np.int8 if len(pats) < 127 else np.int16)
-        for pid, p in enumerate(pats, 1):
-            shift = p.size // grain
-            width = states - shift
-            ck = np.add(base_key[:, :width], p.key, out=cand_key[rows, :width])
-            cs = np.add(base_size[:, :width], shift, out=cand_size[rows, :width])
-            now_key, now_size = key[rows, shift:], size[rows, shift:]
-            up = np.greater(ck, now_key, out=better[rows, :width])
-            same = np.equal(ck, now_key, out=tie[rows, :width])
-            same &= np.less(cs, now_size, out=fewer[rows, :width])
-            up |= same
-            np.maximum(now_key, ck, out=now_key)  # what ``up`` takes: a larger key, or the same
-            np.copyto(now_size, cs, where=up)
-            np.copyto(chose[:, shift:], pid, where=up)
+        if packed:
+            _relax_packed(key, size, rows, pats, chose, grain, bits, cand_key, better)
+        else:
+            _relax(key, size, rows, pats, chose, grain, (cand_key, cand_size, better, tie, fewer))
         trace.append(_Trace.of(chose, pats, carried, grain))
         for out, r in zip(outs, rooms):
             room = r[:, : layer + 1, layer + 1]  # (G, a)
@@ -284,6 +279,75 @@ def dense_tables(units: Units, carried: list[np.ndarray], rooms: Sequence[np.nda
     for out, r in zip(outs, rooms):
         _carried(out, r, trace, carried, units.size, grain, states)
     return outs
+
+
+def _relax(
+    key: np.ndarray,
+    size: np.ndarray,
+    rows: slice,
+    pats: list[Pattern],
+    chose: np.ndarray,
+    grain: int,
+    scratch: tuple[np.ndarray, ...],
+) -> None:
+    """One layer of the fill DP: every pattern extends the previous layer's fills of the ``rows``
+    starts; a fill replaces a state's when its key is larger, or equal with fewer bytes, and ``chose``
+    records the pattern (1-based). A pattern of ``shift`` grains only improves states from ``shift``
+    up, so each update works on those states alone, in place."""
+    cand_key, cand_size, better, tie, fewer = scratch
+    states = key.shape[1]
+    base_key, base_size = key[rows].copy(), size[rows].copy()
+    for pid, p in enumerate(pats, 1):
+        shift = p.size // grain
+        width = states - shift
+        ck = np.add(base_key[:, :width], p.key, out=cand_key[rows, :width])
+        cs = np.add(base_size[:, :width], shift, out=cand_size[rows, :width])
+        now_key, now_size = key[rows, shift:], size[rows, shift:]
+        up = np.greater(ck, now_key, out=better[rows, :width])
+        same = np.equal(ck, now_key, out=tie[rows, :width])
+        same &= np.less(cs, now_size, out=fewer[rows, :width])
+        up |= same
+        np.maximum(now_key, ck, out=now_key)  # what ``up`` takes: a larger key, or the same
+        np.copyto(now_size, cs, where=up)
+        _mark(chose, shift, up, pid)
+
+
+def _relax_packed(
+    key: np.ndarray,
+    size: np.ndarray,
+    rows: slice,
+    pats: list[Pattern],
+    chose: np.ndarray,
+    grain: int,
+    bits: int,
+    cand: np.ndarray,
+    better: np.ndarray,
+) -> None:
+    """``_relax`` with each state's key and bytes packed in one integer, ``key << bits | (most - bytes)``,
+    which orders as the rule does (a larger key, then fewer bytes), so one comparison and one maximum
+    replace the rule's seven passes per pattern (where the keys leave ``bits`` free in an int64)."""
+    states = key.shape[1]
+    most = (1 << bits) - 1
+    now = key[rows] << bits
+    now |= most - size[rows]
+    base = now.copy()
+    for pid, p in enumerate(pats, 1):
+        shift = p.size // grain
+        width = states - shift
+        ck = np.add(base[:, :width], (p.key << bits) - shift, out=cand[rows, :width])
+        cur = now[:, shift:]
+        up = np.greater(ck, cur, out=better[rows, :width])
+        np.maximum(cur, ck, out=cur)
+        _mark(chose, shift, up, pid)
+    key[rows] = now >> bits
+    size[rows] = most - (now & most)
+
+
+def _mark(chose: np.ndarray, shift: int, up: np.ndarray, pid: int) -> None:
+    """``chose[:, shift:]`` takes ``pid`` where ``up``: a layer's patterns come in increasing ``pid``
+    over a zeroed ``chose``, so the last one marked is the largest, and a maximum (many times faster
+    than a masked copy) marks it."""
+    np.maximum(chose[:, shift:], np.multiply(up, pid, dtype=chose.dtype), out=chose[:, shift:])
 
 
 @dataclass(frozen=True)
