@@ -20,6 +20,7 @@ A problem whose engine gives no classes is solved as it is.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from solver.engines import Table, build_table, engine_of, evaluate
@@ -106,28 +107,54 @@ def placed_in(
     return None
 
 
+@dataclass(frozen=True, eq=False)
+class Built:
+    """A problem's classes (``Engine.plan_classes``) and their tables, built ahead of the solve
+    (``table``: the problem's own, where it has no classes)."""
+
+    classes: tuple[Problem, ...]
+    tables: tuple[Table, ...]
+    table: Table | None
+    built_ms: float
+
+
+def build_classes(ps: Sequence[Problem]) -> list[Built]:
+    """Every problem's classes and tables, built in one call of the engine's ``tables`` so an engine
+    can share their work (llama.cpp's fill DP answers every problem whose units are valued alike: the
+    classes of one problem, and the contexts of one sweep)."""
+    if not ps:
+        return []
+    engine = engine_of(ps[0])
+    classes = [engine.plan_classes(p) for p in ps]
+    wanted = [q for p, cs in zip(ps, classes, strict=True) for q in (cs or (p,))]
+    t0 = time.perf_counter()
+    tables = iter(engine.tables(wanted))
+    each_ms = (time.perf_counter() - t0) * 1e3 / len(ps)
+    out = []
+    for cs in classes:
+        mine = tuple(next(tables) for _ in (cs or (None,)))
+        out.append(Built(cs, mine if cs else (), None if cs else mine[0], each_ms))
+    return out
+
+
 def solve_classes(
     p: Problem,
-    classes: tuple[Problem, ...],
     limits: Limits | None = None,
     policy: Policy = POLICY,
     allowed: list | None = None,
-    table: Table | None = None,
+    built: Built | None = None,
 ) -> tuple[Solved, list[Solved]]:
-    """The best of ``classes`` (``p`` itself where there are none, with its ``table`` where given),
+    """The best of ``p``'s classes (``p`` itself where there are none), from ``built`` where given,
     and every problem solved, the chosen one among them."""
     limits = limits or Limits()
+    built = built or build_classes([p])[0]
+    classes, tables, table, built_ms = built.classes, built.tables, built.table, built.built_ms
     if not classes:
-        one = solve_one(p, limits, policy, allowed, table)
+        one = replace(solve_one(p, limits, policy, allowed, table), table_ms=built_ms)
         return one, [one]
     held = [q for q in classes if q.held_only]
     solved: list[Solved] = []
     fallback = False
-    # the classes' tables are built together, so an engine can share their work (llama.cpp's fill DP
-    # answers every class whose units are valued alike); their time is counted with the first class
-    t0 = time.perf_counter()
-    tables = engine_of(p).tables(classes)
-    built_ms = (time.perf_counter() - t0) * 1e3
     for i, (q, t) in enumerate(zip(classes, tables)):
         s = solve_one(q, limits, policy, allowed, t)
         if i == 0:
@@ -137,7 +164,7 @@ def solve_classes(
         if found and not _runs_held(held, s.solution.gpus, s.solution.cuts):
             fallback = True
     if fallback:
-        solved.append(solve_one(p, limits, policy, allowed, table))
+        solved.append(solve_one(p, limits, policy, allowed))
     usable = [
         s
         for s in solved

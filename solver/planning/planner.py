@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from solver.engines import Table, engine_of, evaluate
-from solver.planning.classes import Solved, placed_in, settled, solve_classes
+from solver.engines import engine_of, evaluate
+from solver.planning.classes import Built, Solved, placed_in, settled, solve_classes
 from solver.planning.hints import Hint, Reload, hints_of
 from solver.planning.infeasible import explain
 from solver.problem.baselines import Baseline
@@ -98,14 +98,14 @@ def plan_rig(
     policy: Policy = POLICY,
     default: str | None = None,
     reload: Reload | None = None,
-    table: Table | None = None,
+    built: Built | None = None,
 ) -> Result:
     """Plan one problem end to end, in each way its engine may run a plan (solver.planning.classes:
     the plan, its arcs and oracle are the chosen way's; the baseline is evaluated in the way it runs)
     (``policy``: the route's thresholds; ``default``: which of the
     engine's defaults to set the plan beside, its first by default; ``reload(**overrides)``: the
     problem of the same files with other settings, for the hints, which only a run given it has;
-    ``table``: the problem's table, where it is built already)."""
+    ``built``: the problem's classes and tables, where they are built already)."""
     t0 = time.perf_counter()
     limits = limits or Limits()
     if limits.started is None:  # the limit bounds the whole run: the tables count
@@ -114,7 +114,7 @@ def plan_rig(
     engine = engine_of(p)
     rule = engine.orders(p)
     allowed = None if rule is None else [*rule.gpus, *(AnyOrder(gpus) for gpus in rule.free)]
-    best, solved = solve_classes(p, engine.plan_classes(p), limits, policy, allowed, table)
+    best, solved = solve_classes(p, limits, policy, allowed, built)
     p, table, arcs, chosen, solution = best.problem, best.table, best.arcs, best.route, best.solution
     table_ms = sum(s.table_ms for s in solved)
     plan = evaluate(p, solution.gpus, solution.cuts) if solution.found else None

@@ -73,7 +73,7 @@ def candidate(p: Problem, limits: Limits, policy: Policy = POLICY) -> Candidate:
     engine = engine_of(p)
     rule = engine.orders(p)
     allowed = None if rule is None else [*rule.gpus, *(AnyOrder(gpus) for gpus in rule.free)]
-    best, _ = solve_classes(p, engine.plan_classes(p), limits, policy, allowed)
+    best, _ = solve_classes(p, limits, policy, allowed)
     q, arcs, solution = best.problem, best.arcs, best.solution
     n = p.engine_fields.n_ubatch
     if not solution.found:

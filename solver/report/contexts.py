@@ -26,6 +26,7 @@ from solver.engines.bandwidth import speed_of
 from solver.files.config import load_model
 from solver.files.console import fit_names, print_lines
 from solver.files.kvcache import KV_TYPES
+from solver.planning.classes import build_classes
 from solver.planning.planner import Result, plan_rig
 from solver.planning.resolve import Overrides, load_problem
 from solver.solvers import Limits
@@ -82,10 +83,9 @@ def sweep(
         for kv in kv_types
         for context in contexts
     ]
-    tables = engine_of(problems[0]).tables(problems) if problems else []
     points = []
-    for p, table in zip(problems, tables):
-        r = plan_rig(p, limits, default=default, table=table)
+    for p, built in zip(problems, build_classes(problems), strict=True):
+        r = plan_rig(p, limits, default=default, built=built)
         points.append(Point(r.problem.context, r.problem.kv_type, r))
     return points
 
