@@ -195,6 +195,11 @@ class RigConfig(_Strict):
         """The rig-wide keys of an engine's ``schema``."""
         return _own(self, schema)
 
+    def setting(self, key: str) -> Any:
+        """One rig-wide key as the file gives it or its default, whichever engine declares it (None
+        where none does): for code that reads a key without the engine that owns it."""
+        return vars(self).get(key)
+
 
 class KeyOwner(Protocol):
     """What reading a rig asks of each engine: the schemas of its own rig-wide and per-GPU keys."""

@@ -11,7 +11,6 @@ from pathlib import Path
 import numpy as np
 
 from solver.engines import REGISTRY, Engine, engine_named
-from solver.engines.llamacpp.fields import LlamaKeys
 from solver.errors import InputError
 from solver.files.config import (
     CountsCurve,
@@ -292,7 +291,7 @@ def load_problems(
         update["idle_gpus"] = True
     if ov.cpu_layers:
         update["cpu_layers"] = True
-    if ov.host_bandwidth is not None and rig.keys(LlamaKeys).host_bandwidth is None:
+    if ov.host_bandwidth is not None and rig.setting("host_bandwidth") is None:
         update["host_bandwidth"] = ov.host_bandwidth
     for key in ("context", "n_ubatch", "flash_attn", "prompt", "generate"):  # the engine's memory, prompt
         if getattr(ov, key) is not None:
@@ -308,7 +307,7 @@ def load_problems(
     files = {"rig": rig_doc.file, "model": model_doc.file}
     engine = engine_named(rig.engine)
     engine.check_gpus(rig, rig_doc)
-    if rig.keys(LlamaKeys).cpu_layers:
+    if rig.setting("cpu_layers"):
         _check_cpu_layers(rig, rig_doc, ov, engine)
     for need in engine.required:
         doc, holder = (rig_doc, rig) if need.file == "rig" else (model_doc, model)
