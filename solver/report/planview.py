@@ -231,12 +231,13 @@ def compare_table(r: Result, width: int) -> Table:
 
 def refill_note(solved: Placement, plan: Placement) -> str:
     """What filling the solver's plan again under its own command's buffers (which the solver counted
-    by a bound) gained."""
-    more = sum(s.held_pairs for s in plan.stages) - sum(s.held_pairs for s in solved.stages)
+    by a bound) changed."""
+    held = sum(s.cache_bytes for s in plan.stages)
+    before = sum(s.cache_bytes for s in solved.stages)
     return (
-        f"as run: the solver's plan counts a bound on the compute buffers; filled again under its own "
-        f"command's, it holds {more:+d} expert tensors: window {solved.window_ms:.3f} -> "
-        f"{plan.window_ms:.3f} ms"
+        f"as run: the solver counts a bound on the compute buffers beside host expert tensors; filled again "
+        f"under its own command's, the plan holds {format_size(held)} on the GPUs (was "
+        f"{format_size(before)}): window {solved.window_ms:.3f} -> {plan.window_ms:.3f} ms"
     )
 
 
