@@ -13,7 +13,9 @@ import yaml
 from solver.cli.score import command_words, plan_export
 from solver.engines import engine_of
 from solver.engines.llamacpp import memory
-from solver.engines.llamacpp.commandmemory import as_run, kept_fill
+from solver.engines.llamacpp.args import parse_llama_args
+from solver.engines.llamacpp.commandmemory import as_run, command_flags, command_placement, kept_fill
+from solver.engines.llamacpp.devices import devices_of, layer_devices
 from solver.engines.llamacpp.fields import LlamaFields
 from solver.planning.planner import plan_rig
 from solver.planning.resolve import Overrides, load_problem
@@ -147,3 +149,24 @@ def test_a_held_plan_is_not_filled_again() -> None:
     r = plan_rig(load_problem(ROOT / "rigs" / "two-hosts.yaml"))
     assert r.plan is not None and r.plan.host_bytes == 0
     assert r.refilled is None and as_run(r.problem, r.plan) is None
+
+
+def test_a_plan_shown_as_it_runs_counts_the_hosts_buffer_of_its_command(tmp_path: Path) -> None:
+    """Under a ``host_memory`` limit the solver counts the host's compute buffer by the larger of its
+    cases; the plan shown counts its command's own (``memory.estimate``'s host figure)."""
+    text = (ROOT / "rigs" / "qwen3-next-5080-3090.yaml").read_text()
+    text = text.replace('model: "../models/', f'model: "{ROOT}/models/')
+    rig = tmp_path / "next-host.yaml"
+    rig.write_text(text + "engine: llama.cpp\nhost_bandwidth: 60 GB/s\nhost_memory: 64 GiB\n")
+    p = load_problem(rig)
+    r = plan_rig(p)
+    assert r.plan is not None and r.solved is not None and r.plan.host_bytes > 0
+    pm = LlamaFields.of(r.problem).llama_memory
+    lines = plan_export(r)
+    assert lines is not None
+    args = parse_llama_args(command_words([ln for ln in lines if not ln.lstrip().startswith("#")]))
+    dev = devices_of(p, args)
+    layers, output = layer_devices(p, args, dev)
+    placement = command_placement(pm.geometry, args, dev, layers, output)
+    est = memory.estimate(pm.geometry, placement, command_flags(p, args), pm.offload_min_batch, pm.stored)
+    assert r.problem.host_reserve == est.host.compute != r.solved[0].host_reserve

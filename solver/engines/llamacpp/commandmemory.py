@@ -106,8 +106,9 @@ REFILLS = 3
 
 
 def plan_command_memory(p: Problem, plan: Placement) -> Problem | None:
-    """``p`` counting what the plan's exported command takes (``with_command_memory``); None where its
-    flags cannot say the plan."""
+    """``p`` counting what the plan's exported command takes (``with_command_memory``; under a
+    ``host_memory`` limit the host's compute buffer the command's too); None where its flags cannot say
+    the plan."""
     from solver.engines import plan_lines
 
     try:
@@ -117,7 +118,8 @@ def plan_command_memory(p: Problem, plan: Placement) -> Problem | None:
     args = parse_llama_args(shlex.split(next(ln for ln in reversed(lines) if "llama-server" in ln)))
     dev = devices_of(p, args)
     layers, output = layer_devices(p, args, dev)
-    return with_command_memory(p, args, dev, layers, output)[0]
+    q, host, _ = with_command_memory(p, args, dev, layers, output)
+    return q if p.host_memory is None else dataclasses.replace(q, host_reserve=host)
 
 
 def kept_fill(plan: Placement) -> Callable[[Problem, int, int, int], StageFill]:
