@@ -11,6 +11,7 @@ the engine would refuse.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shlex
@@ -36,11 +37,12 @@ from solver.cli.options import (
     workers_option,
 )
 from solver.engines import engine_of, plan_lines
-from solver.errors import ArgsError
+from solver.errors import ArgsError, InputError
 from solver.planning.planner import Result
 
 if TYPE_CHECKING:
     from solver.planning.resolve import Overrides
+    from solver.problem.problem import Problem
     from solver.solvers import Limits
 
 #: An argument that is a whole line of an export: a comment, flags, a variable, or an engine's command.
@@ -164,10 +166,20 @@ def score_command(
     problem = load_problem(rig, options.overrides())
     runner = engine_of(problem)
     try:
-        scored = runner.score(problem, runner.read_command(words))
+        args = runner.read_command(words)
+        scored = runner.score(problem, args)
     except ArgsError as exc:
         fail(f"score: {exc}")
-    result = plan_rig(scored.problem, options.limits(started))
+    overrides = options.overrides()
+
+    def reload(**changes: object) -> Problem:
+        return load_problem(rig, dataclasses.replace(overrides, **changes))
+
+    try:
+        planned = runner.plan_problem(scored, args, reload)
+    except InputError as exc:  # the command's settings are none the rig's files can plan at
+        fail(f"score: the plan at the command's settings: {exc}")
+    result = plan_rig(planned, options.limits(started))
     export = plan_export(result)
     if as_json:
         click.echo(json.dumps(to_score_json(scored, words, result, export), indent=2))

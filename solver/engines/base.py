@@ -272,6 +272,11 @@ class Engine:
         None where ``p`` counts it exactly already."""
         return None
 
+    def plan_problem(self, scored: Scored, args: object, reload: Callable[..., Problem]) -> Problem:
+        """The problem ``solve score`` plans beside a command (``reload(**overrides)``: the rig's files
+        with other settings): the rig as the command runs it (its context, KV types, depth)."""
+        return scored.problem
+
     #: The engine's defaults a plan can be set beside (``--default``), the first unless one is named.
     defaults: tuple[str, ...] = ()
 

@@ -347,6 +347,22 @@ class LlamaCpp(BytesSpeed):
 
         return as_run(p, plan)
 
+    def plan_problem(self, scored: Scored, args: LlamaArgs, reload: Callable[..., Problem]) -> Problem:
+        """The rig loaded again at the command's own ``-c``, ``-ub``, ``-fa`` and KV type (where K and V
+        share one), so that each GPU's compute buffer is counted as a plan counts its own placement
+        (the command's figures belong to the command's placement), at llama-bench's ``-d`` depth."""
+        from solver.engines.bandwidth import with_constants
+        from solver.engines.llamacpp.commandmemory import command_flags
+
+        p = scored.problem
+        flags = command_flags(p, args)
+        settings: dict = {"context": p.context, "n_ubatch": flags.n_ubatch}
+        settings["flash_attn"] = "on" if flags.flash_attn else "off"
+        if args.type_k == args.type_v and args.type_k in KV_TYPES:
+            settings["kv_type"] = args.type_k
+        q = reload(**settings)
+        return q if args.depth is None else with_constants(q, depth=args.depth)
+
     def default_split(self, p: Problem, which: str | None = None) -> Baseline:
         """``fit`` (the default): what ``--fit`` places on the rig, its printed command scored
         (solver.engines.llamacpp.fitdefault); ``free-memory``: what builds before ``--fit`` do, layers
