@@ -93,7 +93,7 @@ class Tensor:
         self.flags_output = False
         self._nbytes = -1
         self.backend = -1  # the scheduler's choice for it, while ``schedule`` runs
-        self.hash: _Hash | None = None  # the allocator's record of it, while ``allocate`` runs
+        self.hash: int | None = None  # the index of the allocator's record of it, while ``allocate`` runs
 
     def __repr__(self) -> str:
         return f"Tensor({self.name!r}, {self.op}, {self.type}, {self.ne})"
@@ -572,12 +572,14 @@ class DynAllocator:
         return (size + a - 1) // a * a
 
     def alloc(self, size: int) -> int:
-        size = self._align(size)
+        a = self.alignment
+        size = (size + a - 1) // a * a
         blocks = self.blocks
         best, best_size = -1, 1 << 63
         for i in range(len(blocks) - 1):
-            if size <= blocks[i][1] <= best_size:
-                best, best_size = i, blocks[i][1]
+            free = blocks[i][1]
+            if size <= free <= best_size:
+                best, best_size = i, free
         if best == -1:
             best = len(blocks) - 1
         block = blocks[best]
@@ -586,11 +588,13 @@ class DynAllocator:
         block[1] -= size
         if block[1] == 0:
             del blocks[best]
-        self.max_size = max(self.max_size, offset + size)
+        if offset + size > self.max_size:
+            self.max_size = offset + size
         return offset
 
     def free(self, offset: int, size: int) -> None:
-        size = self._align(size)
+        a = self.alignment
+        size = (size + a - 1) // a * a
         blocks = self.blocks
         for i, block in enumerate(blocks):
             if block[0] + block[1] == offset:
@@ -612,118 +616,111 @@ class DynAllocator:
         blocks.insert(pos, [offset, size])
 
 
-class _Hash:
-    __slots__ = ("addr", "allocated", "buffer", "n_children", "n_views")
-
-    def __init__(self) -> None:
-        self.n_children = 0
-        self.n_views = 0
-        self.buffer = -1
-        self.addr = 0
-        self.allocated = False
-
-
-def _same_layout(a: Tensor, b: Tensor) -> bool:
-    return a.type == b.type and a.ne == b.ne and a.nb == b.nb
-
-
 def allocate(sched: Schedule, n_buffers: int, alignment: int = 32) -> list[int]:
     """``ggml_gallocr_alloc_graph_impl`` + ``reserve_n_size``: the high-water mark of each buffer
     (one per backend) when the scheduled graph is allocated in order."""
     allocs = [DynAllocator(alignment) for _ in range(n_buffers)]
     # a fresh record for every tensor the walk can reach: the leafs and nodes, whose sources and view
     # sources are leafs and nodes too (``Graph.expand`` visits every source; a view's source chain
-    # reaches the tensor it views); cleared afterwards, so a tensor reached otherwise fails loudly
-    for t in sched.leafs:
-        t.hash = _Hash()
-    for t in sched.nodes:
-        t.hash = _Hash()
+    # reaches the tensor it views); a tensor's ``hash`` is its record's index while the walk runs and
+    # None afterwards, so a tensor reached otherwise fails loudly
+    tensors = [*sched.leafs, *sched.nodes]
+    for i, t in enumerate(tensors):
+        t.hash = i
     try:
-        return _walk(sched, allocs)
+        return _walk(sched, allocs, len(tensors))
     finally:
-        for t in sched.leafs:
-            t.hash = None
-        for t in sched.nodes:
+        for t in tensors:
             t.hash = None
 
 
-def _walk(sched: Schedule, allocs: list[DynAllocator]) -> list[int]:
-    """The allocation walk of ``allocate`` over records already made."""
+def _walk(sched: Schedule, allocs: list[DynAllocator], n: int) -> list[int]:
+    """The allocation walk of ``allocate`` over ``n`` records (``ggml-alloc.c``'s hash nodes: children
+    and views still to come, the buffer and offset, whether allocated), kept as parallel lists indexed
+    by each tensor's ``hash``."""
+    n_children = [0] * n
+    n_views = [0] * n
+    buffer_of = [-1] * n
+    addr = [0] * n
+    allocated = [False] * n
+    inplace = INPLACE_OPS
 
     def allocate_node(t: Tensor, buffer: int) -> None:
-        hn = t.hash
-        if t.buffer is not None or hn.allocated or t.view_src is not None:
+        i = t.hash
+        if t.buffer is not None or allocated[i] or t.view_src is not None:
             return
-        hn.allocated = True
-        if t.op in INPLACE_OPS:
+        allocated[i] = True
+        if t.op in inplace:
             for p in t.src:
-                if p is None or not p.hash.allocated:
+                if p is None:
                     continue
-                if p.flags_output or (p.view_src is not None and p.view_src.flags_output):
+                j = p.hash
+                if not allocated[j]:
                     continue
-                if not _same_layout(t, p):
+                view = p.view_src
+                if p.flags_output or (view is not None and view.flags_output):
                     continue
-                ph = p.hash
-                if ph.n_children == 1 and ph.n_views == 0:
-                    if p.view_src is not None:
-                        vh = p.view_src.hash
-                        if vh.n_views == 1 and vh.n_children == 0:
-                            hn.buffer, hn.addr = ph.buffer, ph.addr
-                            ph.allocated = False
-                            vh.allocated = False
-                            _free_extra(t, p.view_src, vh)
+                if p.type != t.type or p.ne != t.ne or p.nb != t.nb:
+                    continue
+                if n_children[j] == 1 and n_views[j] == 0:
+                    if view is not None:
+                        k = view.hash
+                        if n_views[k] == 1 and n_children[k] == 0:
+                            buffer_of[i], addr[i] = buffer_of[j], addr[j]
+                            allocated[j] = False
+                            allocated[k] = False
+                            _free_extra(t, view, k)
                             return
                     else:
-                        hn.buffer, hn.addr = ph.buffer, ph.addr
-                        ph.allocated = False
-                        _free_extra(t, p, ph)
+                        buffer_of[i], addr[i] = buffer_of[j], addr[j]
+                        allocated[j] = False
+                        _free_extra(t, p, j)
                         return
-        hn.buffer = buffer
-        hn.addr = allocs[buffer].alloc(t.nbytes)
+        buffer_of[i] = buffer
+        addr[i] = allocs[buffer].alloc(t.nbytes)
 
-    def _free_extra(node: Tensor, parent: Tensor, ph: _Hash) -> None:
-        a = allocs[ph.buffer]
+    def _free_extra(node: Tensor, parent: Tensor, j: int) -> None:
+        a = allocs[buffer_of[j]]
         psize, nsize = a._align(parent.nbytes), a._align(node.nbytes)
         if psize > nsize:
-            a.free(ph.addr + nsize, psize - nsize)
-
-    def free_node(t: Tensor) -> None:
-        if t.flags_output:
-            return
-        hn = t.hash
-        allocs[hn.buffer].free(hn.addr, t.nbytes)
-        hn.allocated = False
+            a.free(addr[j] + nsize, psize - nsize)
 
     for t, b in zip(sched.leafs, sched.leaf_backend):
         allocate_node(t, b)
     for t, b in zip(sched.nodes, sched.node_backend):
-        if t.view_src is not None and t.op != "NONE":
-            t.view_src.hash.n_views += 1
+        view = t.view_src
+        if view is not None and t.op != "NONE":
+            n_views[view.hash] += 1
         if t.flags_input:
             allocate_node(t, b)
         for s in t.src:
             if s is None:
                 continue
-            s.hash.n_children += 1
+            n_children[s.hash] += 1
             if s.flags_input:
                 allocate_node(s, b)
     for t, b in zip(sched.nodes, sched.node_backend):
-        for p in t.src:
-            if p is not None and p.buffer is None and p.view_src is None and not p.hash.allocated:
+        src = t.src
+        for p in src:
+            if p is not None and p.buffer is None and p.view_src is None and not allocated[p.hash]:
                 allocate_node(p, b)
-        if t.buffer is None and t.view_src is None and not t.hash.allocated:
+        if t.buffer is None and t.view_src is None and not allocated[t.hash]:
             allocate_node(t, b)
-        for p in t.src:
+        for p in src:
             if p is None:
                 continue
-            ph = p.hash
-            ph.n_children -= 1
-            if ph.n_children == 0 and ph.n_views == 0:
-                if p.view_src is not None:
-                    vh = p.view_src.hash
-                    vh.n_views -= 1
-                    if vh.n_views == 0 and vh.n_children == 0 and vh.allocated:
-                        free_node(p.view_src)
-                elif ph.allocated:
-                    free_node(p)
+            j = p.hash
+            left = n_children[j] - 1
+            n_children[j] = left
+            if left == 0 and n_views[j] == 0:
+                view = p.view_src
+                if view is not None:
+                    k = view.hash
+                    n_views[k] -= 1
+                    if n_views[k] == 0 and n_children[k] == 0 and allocated[k] and not view.flags_output:
+                        allocs[buffer_of[k]].free(addr[k], view.nbytes)
+                        allocated[k] = False
+                elif allocated[j] and not p.flags_output:
+                    allocs[buffer_of[j]].free(addr[j], p.nbytes)
+                    allocated[j] = False
     return [a.max_size for a in allocs]

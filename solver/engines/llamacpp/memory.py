@@ -30,8 +30,10 @@ never offload an op whose weights sit in host memory. docs/engines.md says how a
 from __future__ import annotations
 
 import bisect
+import contextlib
 import dataclasses
 import functools
+import gc
 import itertools
 import math
 import re
@@ -1109,6 +1111,33 @@ def compute_bytes(
 
     A --fit run sizes tens of placements that differ only in how many layers alike a device runs, so
     the figures are kept by the placement's ``_Runs.key`` and computed once per key."""
+    with _collector_paused():
+        return _compute_bytes(g, p, f, offload_min_batch, weight_bytes, offload_from)
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off for the duration: building and simulating a graph makes
+    tens of thousands of tensors and allocator records, which would set off collections that walk
+    every live object of the process, while the records die with the simulation by reference count."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def _compute_bytes(
+    g: Geometry,
+    p: Placement,
+    f: Flags,
+    offload_min_batch: int,
+    weight_bytes: Callable[[str], int | None] | None,
+    offload_from: int,
+) -> list[int]:
+    """``compute_bytes`` with the collector paused."""
     runs = _runs(g, effective(f))
     _place(runs.unplaced, g, p)
     pipeline = pipeline_parallel(g, p)
