@@ -155,10 +155,11 @@ def best_set(units: Units, a: int, b: int, room: int) -> tuple[np.ndarray, int]:
     """The fill of layers [a, b) within ``room`` bytes: (held unit indices, packed key).
 
     A DP over the range's layers from the last one back gives, for every budget of ``s`` grains, the
-    best key of a fill of the layers from each one on (the least bytes among the best). The optimum is
-    that of the first layer at the room; then, front to back, each layer takes the pattern whose CPU
-    units sort last among those whose rest is still the best of its budget (a completion of an
-    optimum is itself optimal for what it has left, and uses no fewer bytes than it must).
+    best key of a fill of the layers from each one on (the least bytes among the best): each layer
+    relaxes the fills of the layers after it as ``dense_tables`` does one start. The optimum is that of
+    the first layer at the room; then, front to back, each layer takes the pattern whose CPU units sort
+    last among those whose rest is still the best of its budget (a completion of an optimum is itself
+    optimal for what it has left, and uses no fewer bytes than it must).
     """
     layers = [la for la in range(a, b) if len(units.of_layer(la))]
     if room < 0 or not layers:
@@ -166,33 +167,27 @@ def best_set(units: Units, a: int, b: int, room: int) -> tuple[np.ndarray, int]:
     grain = int(np.gcd.reduce(units.size))
     states = min(room, int(units.size[units.of_layer(layers[0])[0] :].sum())) // grain + 1
     pats = {la: patterns(units, la) for la in layers}
-    low = np.iinfo(np.int64).min // 4
-    key = np.zeros((len(layers) + 1, states), dtype=np.int64)
-    size = np.zeros((len(layers) + 1, states), dtype=np.int64)
-    for i in range(len(layers) - 1, -1, -1):
-        key[i], size[i] = key[i + 1], size[i + 1]
-        for p in pats[layers[i]]:
-            shift = p.size // grain
-            if not p.held or shift >= states:
-                continue
-            cand_key = np.full(states, low, dtype=np.int64)
-            cand_key[shift:] = key[i + 1, : states - shift] + p.key
-            cand_size = np.zeros(states, dtype=np.int64)
-            cand_size[shift:] = size[i + 1, : states - shift] + p.size
-            better = (cand_key > key[i]) | ((cand_key == key[i]) & (cand_size < size[i]))
-            key[i] = np.where(better, cand_key, key[i])
-            size[i] = np.where(better, cand_size, size[i])
-    want_key, want_size = int(key[0, states - 1]), int(size[0, states - 1])
+    dp = _states(units, 1, states)
+    chose = np.zeros((1, states), dtype=np.int8 if len(max(pats.values(), key=len)) < 127 else np.int16)
+    every = np.arange(states)
+    after = [dp.at(np.zeros(states, dtype=np.int64), every)]  # the fill of the layers after each
+    for la in reversed(layers):
+        dp.relax(slice(0, 1), [p for p in pats[la] if p.held and p.size // grain < states], chose, grain)
+        after.append(dp.at(np.zeros(states, dtype=np.int64), every))
+    after.reverse()
+    key, size = after[0]
+    want_key, want_size = int(key[states - 1]), int(size[states - 1]) * grain
     best = want_key
     held: list[int] = []
     for i, la in enumerate(layers):
+        key, size = after[i + 1]
         options = []
         for p in pats[la]:
             left = want_size - p.size
             if left < 0 or left // grain >= states:
                 continue
             at = left // grain
-            if int(key[i + 1, at]) == want_key - p.key and int(size[i + 1, at]) == left:
+            if int(key[at]) == want_key - p.key and int(size[at]) * grain == left:
                 options.append(p)
         choice = max(options, key=lambda p: _cpu_order(units, p, la))
         held += choice.held
@@ -252,11 +247,8 @@ def dense_tables(units: Units, carried: list[np.ndarray], rooms: Sequence[np.nda
         )
         for r in rooms
     ]
-    bits = (states - 1).bit_length()  # a state's bytes, in grains, are below 2**bits
-    pid_bits = int(np.bincount(units.layer).max(initial=0))  # a layer's 2**m - 1 patterns take m bits
-    fits = (int(np.abs(units.value).sum()) + n * abs(units.sigma) + 1) << (bits + pid_bits) < PACKED_LIMIT
-    dp = _PackedStates(n, states, bits, pid_bits) if fits else _PairStates(n, states)
-    trace = _Trace(n, states, (1 << pid_bits) - 1, len(carried))
+    dp = _states(units, n, states)
+    trace = _Trace(n, states, _most_patterns(units), len(carried))
     per_unit = [c.tolist() for c in carried]
     for layer in range(n):
         rows = slice(0, layer + 1)  # starts a <= layer; row ``layer`` starts empty
@@ -305,6 +297,22 @@ def _relax(
         np.maximum(now_key, ck, out=now_key)  # what ``up`` takes: a larger key, or the same
         np.copyto(now_size, cs, where=up)
         _mark(chose, shift, up, pid)
+
+
+def _most_patterns(units: Units) -> int:
+    """The most patterns a layer offers but none: ``2**m - 1`` for its ``m`` units."""
+    return (1 << int(np.bincount(units.layer).max(initial=0))) - 1
+
+
+def _states(units: Units, n: int, states: int) -> _PairStates | _PackedStates:
+    """The fill DP's ``n`` rows of ``states`` states, packed (``_PackedStates``) where the keys leave the
+    bytes and the pattern room in an int64."""
+    bits = (states - 1).bit_length()  # a state's bytes, in grains, are below 2**bits
+    pid_bits = _most_patterns(units).bit_length()
+    keys = int(np.abs(units.value).sum()) + units.n_layers * abs(units.sigma) + 1
+    if keys << (bits + pid_bits) < PACKED_LIMIT:
+        return _PackedStates(n, states, bits, pid_bits)
+    return _PairStates(n, states)
 
 
 class _PairStates:

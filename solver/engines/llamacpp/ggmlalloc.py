@@ -379,26 +379,29 @@ def op_batch_size(t: Tensor) -> int:
     return t.ne[1] * t.ne[2] * t.ne[3]
 
 
-def _from_cur(be: Backends, t: Tensor) -> int:
-    """Pass 1 (``ggml_backend_sched_backend_id_from_cur``): pre-allocated tensors stay where they are,
-    inputs go to the CPU, ops with a weight source go where the weight is (except ROPE and flash
-    attention, whose small weights must not decide), or, for a weight in host memory, to the first
-    device that offloads a batch that large (cause ``1.off``)."""
-    home = t.view_src.buffer if t.view_src is not None else t.buffer
-    b = -1 if home is None else be.first_reader.get(home, -1)
-    if b != -1:
-        return b
-    if t.flags_input:
-        return be.cpu
-    if t.op in ("ROPE", "FLASH_ATTN_EXT"):
-        return -1
-    for s in t.src:
-        if s is not None and s.buffer is not None and s.weights:
-            b = _backend_from_buffer(be, s)
-            if b == be.cpu and be.offload_min_batch and op_batch_size(t) >= be.offload_min_batch:
-                return be.offload_from
-            return b
-    return -1
+def _from_cur(be: Backends, tensors: Iterable[Tensor]) -> None:
+    """Pass 1 (``ggml_backend_sched_backend_id_from_cur``) over ``tensors``, setting each one's
+    ``backend``: pre-allocated tensors stay where they are, inputs go to the CPU, ops with a weight
+    source go where the weight is (except ROPE and flash attention, whose small weights must not
+    decide), or, for a weight in host memory, to the first device that offloads a batch that large
+    (cause ``1.off``)."""
+    reader = be.first_reader.get
+    cpu, offload, offload_from = be.cpu, be.offload_min_batch, be.offload_from
+    for t in tensors:
+        view = t.view_src
+        home = view.buffer if view is not None else t.buffer
+        b = -1 if home is None else reader(home, -1)
+        if b == -1:
+            if t.flags_input:
+                b = cpu
+            elif t.op not in ("ROPE", "FLASH_ATTN_EXT"):
+                for s in t.src:
+                    if s is not None and s.buffer is not None and s.weights:
+                        b = _backend_from_buffer(be, s)
+                        if b == cpu and offload and op_batch_size(t) >= offload:
+                            b = offload_from
+                        break
+        t.backend = b
 
 
 def _buffer_supported(be: Backends, t: Tensor, b: int) -> bool:
@@ -424,10 +427,8 @@ def schedule(
     graph's own size): an offloaded op's weight is copied whole into the device's compute buffer, so its
     copy has the weight's own size."""
     cpu = be.cpu
-    for t in graph.leafs:
-        t.backend = _from_cur(be, t)
-    for t in graph.nodes:
-        t.backend = _from_cur(be, t)
+    _from_cur(be, graph.leafs)
+    _from_cur(be, graph.nodes)
 
     compute = [t for t in graph.nodes if t.op not in VIEW_OPS]
 

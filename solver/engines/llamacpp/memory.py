@@ -36,6 +36,7 @@ import functools
 import gc
 import itertools
 import math
+import operator
 import re
 import struct
 from dataclasses import dataclass, field
@@ -380,18 +381,28 @@ def weight_buffers(g: Geometry, p: Placement) -> dict[str, str]:
     """The buffer each weight is loaded into, ``RPCi`` or ``CPU``: an ``-ot`` override's target
     (``llama-model-loader.cpp``: the first pattern ``std::regex_search`` matches), else its layer's
     device; the input embedding always stays on the CPU."""
-    devs = layer_devices(g, p)
-    out: dict[str, str] = {}
-    for name, layer in _weight_slots(g):
-        dev = -1 if layer == _EMBEDDING else devs[-1] if layer == _OUTPUT else devs[layer]
-        out[name] = "CPU" if dev == -1 else f"RPC{dev}"
-    overridden: set[str] = set()
+    slots = _slot_buffers(layer_devices(g, p))
+    out = {name: slots[layer] for name, layer in _weight_slots(g)}
+    for name, target in _overridden(g, p):
+        out[name] = target
+    return out
+
+
+def _slot_buffers(devs: list[int]) -> list[str]:
+    """The buffer of each layer slot's weights (``layer_devices``' order), indexed by ``_weight_slots``'
+    layers: the output layer's last but one (``_OUTPUT``), the CPU last (``_EMBEDDING``)."""
+    names = ["CPU" if d == -1 else f"RPC{d}" for d in devs]
+    return [*names, names[-1], "CPU"]
+
+
+def _overridden(g: Geometry, p: Placement) -> Iterator[tuple[str, str]]:
+    """Each weight an ``-ot`` override moves, with its target: the first pattern that matches it."""
+    seen: set[str] = set()
     for pattern, target in p.overrides:
         for name in _matching(g, pattern):
-            if name not in overridden:
-                overridden.add(name)
-                out[name] = target
-    return out
+            if name not in seen:
+                seen.add(name)
+                yield name, target
 
 
 def _pad(n: int, a: int = ALIGNMENT) -> int:
@@ -1071,14 +1082,16 @@ def build_graph(g: Geometry, f: Flags) -> _Unplaced:
 
 
 def _place(u: _Unplaced, g: Geometry, p: Placement) -> None:
-    """Put the graph's weights and caches in the buffers placement ``p`` gives them."""
-    where = weight_buffers(g, p)
-    for name, t in u.weights.items():
-        t.buffer = where[name]
-    devs = layer_devices(g, p)
+    """Put the graph's weights and caches in the buffers placement ``p`` gives them (``weight_buffers``,
+    without the dictionary of names)."""
+    slots = _slot_buffers(layer_devices(g, p))
+    weights = u.weights
+    for name, layer in _weight_slots(g):
+        weights[name].buffer = slots[layer]
+    for name, target in _overridden(g, p):
+        weights[name].buffer = target
     for key, t in u.cache.items():
-        dev = devs[int(key[1:])]
-        t.buffer = "CPU" if dev == -1 else f"RPC{dev}"
+        t.buffer = slots[int(key[1:])]
 
 
 def pipeline_parallel(g: Geometry, p: Placement) -> bool:
@@ -1218,9 +1231,10 @@ class _Runs:
         from host memory (only a host weight is copied to the device that offloads its op)."""
         ids, tokens = self.ids, self.tokens
         tokens.clear()
+        buffer = operator.attrgetter("buffer")
         for shape, reads in zip(self.shapes, self.reads):
-            where = tuple(t.buffer for t in reads)
-            if typed is not None:
+            where = tuple(map(buffer, reads))
+            if typed is not None and "CPU" in where:
                 where += tuple(typed(t.name) for t in reads if t.weights and t.buffer == "CPU")
             tokens.append(ids.setdefault((shape, where), len(ids)))
         return _cut(tokens, RUN_CAP)
