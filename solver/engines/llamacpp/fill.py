@@ -123,11 +123,16 @@ def patterns(units: Units, layer: int) -> list[Pattern]:
     out = []
     for r in range(len(ids) + 1):
         for held in combinations(ids, r):
-            key = sum(value[u] for u in held)
+            key = _int64(sum(value[u] for u in held))
             if ids and r == len(ids):
                 key += units.sigma
-            out.append(Pattern(held, sum(size[u] for u in held), key))
+            out.append(Pattern(held, _int64(sum(size[u] for u in held)), key))
     return out
+
+
+def _int64(x: int) -> int:
+    """``x`` as an int64 sum holds it (wrapping around as numpy's does)."""
+    return (x + 2**63) % 2**64 - 2**63
 
 
 def _cpu_order(units: Units, p: Pattern, layer: int) -> tuple[int, ...]:
@@ -201,7 +206,7 @@ def _distinct(pats: list[Pattern], carried: list[list[int]]) -> list[tuple[Patte
     give equal fills."""
     seen: dict[tuple, tuple[Pattern, tuple[int, ...]]] = {}
     for p in pats:
-        sums = tuple(sum(c[u] for u in p.held) for c in carried)
+        sums = tuple(_int64(sum(c[u] for u in p.held)) for c in carried)
         seen.setdefault((p.size, p.key, *sums), (p, sums))
     return list(seen.values())
 
