@@ -28,6 +28,7 @@ reporting the host's memory free, a card emulated by its margin).
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 import shlex
 from collections.abc import Sequence
@@ -160,8 +161,8 @@ class ExactOracle:
         """The FFN tensors an ``-ot`` pattern selects (``std::regex_search``), matched once: fit's dry
         runs repeat their patterns over many placements."""
         if pattern not in self._matched:
-            found = re.compile(pattern).search
-            self._matched[pattern] = tuple(key for key, name in self._ffn_names if found(name))
+            found = map(re.compile(pattern).search, (name for _, name in self._ffn_names))
+            self._matched[pattern] = tuple(itertools.compress((key for key, _ in self._ffn_names), found))
         return self._matched[pattern]
 
     def __call__(self, run: DryRun) -> Measurement:

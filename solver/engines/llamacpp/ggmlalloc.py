@@ -465,12 +465,12 @@ def schedule(
 
     # pass 4: views and unassigned sources follow their view source or their consumer
     for t in graph.nodes:
-        if t.view_src is not None and t.backend == -1:
-            t.backend = t.view_src.backend
+        view = t.view_src
+        if view is not None and t.backend == -1:
+            t.backend = view.backend
         for s in t.src:
-            if s is None or s.backend != -1:
-                continue
-            s.backend = s.view_src.backend if s.view_src is not None else t.backend
+            if s is not None and s.backend == -1:
+                s.backend = s.view_src.backend if s.view_src is not None else t.backend
         if t.backend == -1:
             t.backend = 0
 
@@ -484,43 +484,42 @@ def schedule(
         first += 1
     cur = nodes[first].backend if first < len(nodes) else 0
     start, inputs = 0, []
+    views = VIEW_OPS
     for i in range(first, len(nodes)):
         t = nodes[i]
-        if t.op in VIEW_OPS:
+        if t.op in views:
             continue
         b = t.backend
+        src = t.src
         need_new = False
         if b == cur and inputs:
-            for s in t.src:
-                if s is not None and s.buffer is not None and s.weights:
-                    sb = s.backend
-                    if sb != cur and not _buffer_supported(be, s, cur):
-                        need_new = True
-                        break
+            for s in src:
+                weight = s is not None and s.buffer is not None and s.weights
+                if weight and s.backend != cur and not _buffer_supported(be, s, cur):
+                    need_new = True
+                    break
         if b != cur or need_new:
             splits.append((cur, start, i, inputs))
             cur, start, inputs = b, i, []
-        for j, s in enumerate(t.src):
-            if s is None:
+        for j, s in enumerate(src):
+            if s is None or s.backend == cur or _buffer_supported(be, s, cur):
                 continue
-            sb = s.backend
-            if sb != cur and not _buffer_supported(be, s, cur):
-                key = (id(s), cur)
-                if key not in copies:
-                    made = []
-                    stored = weight_bytes(s.name) if weight_bytes is not None and s.weights else None
-                    for _ in range(n_copies):
-                        if stored is not None:
-                            c = Tensor("i8", (stored,), name=f"{be.names[cur]}#{s.name}")
-                        else:
-                            c = Tensor(s.type, s.ne, nb=s.nb, name=f"{be.names[cur]}#{s.name}")
-                        if n_copies > 1:
-                            c.flags_input = c.flags_output = True
-                        made.append(c)
-                    copies[key] = made
-                    inputs.append(s)
-                out.rewired.append((t, j, s))
-                t.src[j] = copies[key][0]
+            key = (id(s), cur)
+            if key not in copies:
+                made = []
+                stored = weight_bytes(s.name) if weight_bytes is not None and s.weights else None
+                for _ in range(n_copies):
+                    if stored is not None:
+                        c = Tensor("i8", (stored,), name=f"{be.names[cur]}#{s.name}")
+                    else:
+                        c = Tensor(s.type, s.ne, nb=s.nb, name=f"{be.names[cur]}#{s.name}")
+                    if n_copies > 1:
+                        c.flags_input = c.flags_output = True
+                    made.append(c)
+                copies[key] = made
+                inputs.append(s)
+            out.rewired.append((t, j, s))
+            t.src[j] = copies[key][0]
     splits.append((cur, start, len(nodes), inputs))
 
     out.n_splits = len(splits)

@@ -373,8 +373,13 @@ def _weight_slots(g: Geometry) -> tuple[tuple[str, int], ...]:
 def _matching(g: Geometry, pattern: str) -> tuple[str, ...]:
     """The weights an ``-ot`` pattern selects (``std::regex_search``); a --fit run repeats its patterns
     over tens of placements, so each is matched once."""
-    pat = re.compile(pattern)
-    return tuple(name for name, _ in _weight_slots(g) if pat.search(name))
+    return tuple(filter(re.compile(pattern).search, _weight_names(g)))
+
+
+@functools.lru_cache(maxsize=8)
+def _weight_names(g: Geometry) -> tuple[str, ...]:
+    """The weights' names, in ``_weight_slots``' order."""
+    return tuple(name for name, _ in _weight_slots(g))
 
 
 def weight_buffers(g: Geometry, p: Placement) -> dict[str, str]:
