@@ -531,9 +531,9 @@ def schedule(
             out.node_backend.append(s.backend)
             out.nodes.append(copies[(id(s), b)][0])
             out.node_backend.append(b)
-        for t in nodes[s0:s1]:
-            out.nodes.append(t)
-            out.node_backend.append(t.backend)
+        part = nodes[s0:s1]
+        out.nodes.extend(part)
+        out.node_backend.extend([t.backend for t in part])
     if n_copies > 1:
         for t in graph_inputs:
             out.flagged.append((t, t.flags_output))
@@ -548,9 +548,8 @@ def schedule(
                 for c in copies[(id(s), b)]:
                     out.leafs.append(c)
                     out.leaf_backend.append(b)
-    for t in graph.leafs:
-        out.leafs.append(t)
-        out.leaf_backend.append(t.backend)
+    out.leafs.extend(graph.leafs)
+    out.leaf_backend.extend([t.backend for t in graph.leafs])
     return out
 
 

@@ -1363,7 +1363,12 @@ _LAYER_OF_NAME = re.compile(r"^(?:blk\.|cache_[a-z]+_l)(\d+)")
 
 def _layer_of(t: Tensor) -> int:
     """The layer a pre-allocated tensor (a weight or a cache) belongs to, or -1."""
-    m = _LAYER_OF_NAME.match(t.name) if t.buffer is not None else None
+    return _layer_of_name(t.name) if t.buffer is not None else -1
+
+
+@functools.lru_cache(maxsize=65536)
+def _layer_of_name(name: str) -> int:
+    m = _LAYER_OF_NAME.match(name)
     return int(m[1]) if m else -1
 
 
