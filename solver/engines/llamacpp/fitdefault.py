@@ -146,7 +146,9 @@ class ExactOracle:
     rig: FitRig
     pm: memory.PlanMemory
 
-    _matched: dict[str, tuple[tuple[int, str], ...]] = field(default_factory=dict, init=False, repr=False)
+    _matched: dict[str, tuple[tuple[int, str], ...]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     @functools.cached_property
     def _ffn_names(self) -> tuple[tuple[tuple[int, str], str], ...]:
