@@ -266,6 +266,12 @@ class Engine:
         run as a held one); none where ``p`` counts every plan exactly (solver.planning.classes)."""
         return ()
 
+    def as_run(self, p: Problem, plan: Placement) -> tuple[Problem, Placement] | None:
+        """The plan as its own command runs, where ``p`` counts a bound for it: the problem counting
+        exactly what the command takes and the plan under it (filled again where that holds more);
+        None where ``p`` counts it exactly already."""
+        return None
+
     #: The engine's defaults a plan can be set beside (``--default``), the first unless one is named.
     defaults: tuple[str, ...] = ()
 

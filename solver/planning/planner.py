@@ -56,6 +56,15 @@ class Result:
     route: Route | None = None  # the solver the route tried first, why, and what follows it
     hints: list[Hint] = dataclasses.field(default_factory=list)  # what would help, each planned again
     candidates: list | None = None  # n_ubatch auto: each micro-batch's plan (solver.planning.ubatch)
+    solved: tuple[Problem, Placement] | None = None  # the solver's, where ``plan`` is shown as it runs
+
+    @property
+    def refilled(self) -> Placement | None:
+        """The solver's plan, where the plan shown is it filled again as its command runs."""
+        if self.solved is None or self.plan is None:
+            return None
+        plan = self.solved[1]
+        return plan if [s.offload for s in plan.stages] != [s.offload for s in self.plan.stages] else None
 
     @property
     def compared(self) -> Baseline:
@@ -102,7 +111,9 @@ def plan_rig(
 ) -> Result:
     """Plan one problem end to end, in each way its engine may run a plan (solver.planning.classes:
     the plan, its arcs and oracle are the chosen way's; the baseline is evaluated in the way it runs)
-    (``policy``: the route's thresholds; ``default``: which of the
+    (``policy``: the route's thresholds; the plan is shown as its own command runs where the chosen
+    way counts a bound for it, ``Engine.as_run``, filled again under those figures where they leave
+    more room; ``default``: which of the
     engine's defaults to set the plan beside, its first by default; ``reload(**overrides)``: the
     problem of the same files with other settings, for the hints, which only a run given it has;
     ``built``: the problem's classes and tables, where they are built already)."""
@@ -125,9 +136,12 @@ def plan_rig(
     placed = placed_in(solved, base.gpus, base.cuts) if split else None
     base_plan = placed[1] if placed is not None else evaluate(p, base.gpus, base.cuts) if split else None
     baseline = Baseline(list(base.cuts), placed is not None, base_plan, reason=base.reason)
+    ran = engine.as_run(p, plan) if plan is not None else None
+    shown_p, shown = ran if ran is not None else (p, plan)
     wall_ms = (time.perf_counter() - t0) * 1e3
     status = solution.status if solution.found or solution.status == "infeasible" else "unknown"
-    result = Result(p, status, plan, baseline, solution, arcs, table_ms, wall_ms, route=chosen)
+    result = Result(shown_p, status, shown, baseline, solution, arcs, table_ms, wall_ms, route=chosen)
+    result.solved = None if ran is None else (p, plan)
     result.default = engine.default_split(own, default)
     if status == "infeasible":
         ruled = rule is not None and rule.reason
@@ -142,8 +156,9 @@ def plan_rig(
     if check:
         result.oracle = _checked(solved, best, limits, allowed, policy)
     if reload is not None:
+        own = dataclasses.replace(result, problem=p, plan=plan)  # the problem its table is of
         result.hints = hints_of(
-            result, table, reload, lambda q, lim: plan_rig(q, lim, policy=policy), limits, policy
+            own, table, reload, lambda q, lim: plan_rig(q, lim, policy=policy), limits, policy
         )
     return result
 

@@ -126,6 +126,8 @@ def to_json(r: Result) -> dict:
         out["ubatch_candidates"] = [c.json() for c in r.candidates]
     if r.reason:
         out["reason"] = r.reason
+    if r.refilled is not None:  # the solver's plan, before it was filled again as its command runs
+        out["refilled_from"] = {"window_ms": r.refilled.window_ms, "held_pairs": r.refilled.held_pairs}
     out["hints"] = [h.to_json() for h in r.hints]
     out["baseline"] = _baseline_json(r.baseline)
     if r.default is not None:
@@ -227,6 +229,18 @@ def compare_table(r: Result, width: int) -> Table:
     return c
 
 
+def refill_note(solved: Placement, plan: Placement) -> str:
+    """What filling the solver's plan again under its own command's buffers (which the solver counted
+    by a bound) changed."""
+    held = sum(s.cache_bytes for s in plan.stages)
+    before = sum(s.cache_bytes for s in solved.stages)
+    return (
+        f"as run: the solver counts a bound on the compute buffers beside host expert tensors; filled again "
+        f"under its own command's, the plan holds {format_size(held)} on the GPUs (was "
+        f"{format_size(before)}): window {solved.window_ms:.3f} -> {plan.window_ms:.3f} ms"
+    )
+
+
 def prompt_note(speed: PromptSpeed) -> str:
     """What the prompt rows are of: the prompt's length, its micro-batch, flash attention, pipelining."""
     overlap = "overlapped across stages" if speed.pipeline else "stage after stage (no pipeline)"
@@ -313,6 +327,8 @@ def print_report(r: Result, console: Console) -> None:
             cost = "no plan can use it" if ms_ is None else f"using it costs {ms_:+.3f} ms of window at best"
         notes.append(f"idle: GPU {g} {p.gpu_names[g]}: {cost}")
     notes += [f"hint: {hint.text}" for hint in r.hints]
+    if r.refilled is not None:
+        notes.append(refill_note(r.refilled, plan))
     sol = r.solution
     proof = "optimal (proven)" if r.status == "optimal" else f"{r.status}, not proven"
     if r.status != "optimal" and sol.bound is not None:

@@ -352,3 +352,15 @@ def test_cpu_layers_export_loads_where_the_plan_says(
     keyed = tmp_path / "planned.yaml"
     keyed.write_text(yaml.safe_dump(rig | {"cpu_layers": True}, sort_keys=False))
     check_loads(source, plan, llama_bin, gguf_dir, export, keyed, twin=True)
+
+
+def test_a_plan_filled_again_as_it_runs_loads_where_it_says(
+    llama_bin: Path, gguf_dir: Path, tmp_path: Path
+) -> None:
+    """Random rig 33 leaves expert tensors on the host: the solver counts each card's figure beside
+    them by its bound, and the plan shown, filled again under its own command's figures, is faster.
+    That plan's export loads where it says, and llama.cpp's compute buffer of each card is the count."""
+    rig = random_rig(33, tmp_path)
+    plan = json.loads(_solve(str(rig), "--json"))
+    assert plan["refilled_from"]["window_ms"] > plan["window_ms"]
+    check_loads(rig, plan, llama_bin, gguf_dir)

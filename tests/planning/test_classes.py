@@ -86,12 +86,14 @@ def test_the_plan_is_the_best_of_the_classes(seed: int, tmp_path: Path) -> None:
         assert r.plan is None
         return
     assert r.plan is not None
-    got = round(r.plan.window_ms, 6)
-    if LlamaFields.of(r.problem).classes:  # the bound answered: a plan that runs, perhaps not the best
+    q, plan = r.solved or (r.problem, r.plan)
+    got = round(plan.window_ms, 6)
+    assert round(r.plan.window_ms, 6) <= got  # shown as it runs: filled again where that holds more
+    if LlamaFields.of(q).classes:  # the bound answered: a plan that runs, perhaps not the best
         assert got >= best
     else:
         assert got == best, (seed, got, best)
-        assert r.problem.held_only == (r.plan.host_bytes == 0) or r.plan.host_bytes == 0
+        assert q.held_only == (plan.host_bytes == 0) or plan.host_bytes == 0
 
 
 def test_where_the_offload_plan_holds_every_expert_but_fits_no_held_problem(tmp_path: Path) -> None:
@@ -114,7 +116,10 @@ def test_where_the_offload_plan_holds_every_expert_but_fits_no_held_problem(tmp_
     p = load_problem(path)
     held, loose = engine_of(p).plan_classes(p)
     r = plan_rig(p)
-    assert r.plan is not None and r.problem is p and r.plan.host_bytes > 0
-    assert evaluate(loose, r.plan.gpus, r.plan.cuts).host_bytes == 0  # the offload problem holds it all
-    assert not feasible(held, evaluate(held, r.plan.gpus, r.plan.cuts))
-    assert round(r.plan.window_ms, 6) == _best_by_brute_force(p)
+    assert r.plan is not None and r.solved is not None
+    q, plan = r.solved
+    assert q is p and plan.host_bytes > 0
+    assert evaluate(loose, plan.gpus, plan.cuts).host_bytes == 0  # the offload problem holds it all
+    assert not feasible(held, evaluate(held, plan.gpus, plan.cuts))
+    assert round(plan.window_ms, 6) == _best_by_brute_force(p)
+    assert r.plan.window_ms <= plan.window_ms

@@ -31,7 +31,7 @@ from solver.engines.llamacpp import GGUF_PLACEHOLDER, LlamaCpp
 from solver.engines.llamacpp.fields import LlamaKeys
 from solver.errors import ArgsError
 from solver.problem.baselines import Baseline
-from solver.problem.placement import feasible
+from solver.problem.placement import Placement, feasible
 from solver.problem.problem import Problem
 from solver.units import format_size
 
@@ -117,6 +117,10 @@ class IkLlama(LlamaCpp):
             *tail,
         )
         return [*notes, *more, Command(words, device_order(plan.gpus))]
+
+    def as_run(self, p: Problem, plan: Placement) -> tuple[Problem, Placement] | None:
+        """None: ik's own command is not read back to count its buffers (the plan keeps its bound)."""
+        return None
 
     def read_command(self, words: list[str]) -> IkArgs:
         """ik's llama-server, llama-cli or llama-bench words (solver.engines.ik_llama.args)."""

@@ -341,6 +341,12 @@ class LlamaCpp(BytesSpeed):
 
         return class_problems(p)
 
+    def as_run(self, p: Problem, plan: Placement) -> tuple[Problem, Placement] | None:
+        """Its exported command's own compute buffers (solver.engines.llamacpp.commandmemory.as_run)."""
+        from solver.engines.llamacpp.commandmemory import as_run
+
+        return as_run(p, plan)
+
     def default_split(self, p: Problem, which: str | None = None) -> Baseline:
         """``fit`` (the default): what ``--fit`` places on the rig, its printed command scored
         (solver.engines.llamacpp.fitdefault); ``free-memory``: what builds before ``--fit`` do, layers
