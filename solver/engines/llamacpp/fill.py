@@ -41,7 +41,7 @@ import numpy as np
 #: Most byte states the fill's DP counts in: a 141 GiB card in the 18 MiB grain of a Q4_K_M GGUF's
 #: tensor sizes still counts exactly; sizes that share no such divisor are rounded up to a coarser grain.
 MAX_STATES = 8192
-#: Bound on the fill DP's packed (key, bytes) integers, below int64's so that adding a pattern to one
+#: Bound on the fill DP's packed (key, bytes, pattern) integers, below int64's so that adding a pattern to one
 #: cannot overflow: keys too large to pack with the bytes are compared as a pair instead.
 PACKED_LIMIT = 2**62
 
@@ -118,15 +118,21 @@ class Pattern:
 def patterns(units: Units, layer: int) -> list[Pattern]:
     """Every subset of the layer's units, each with its bytes and packed key (a full layer adds sigma)."""
     ids = units.of_layer(layer).tolist()
+    size = dict(zip(ids, units.size[ids].tolist()))
+    value = dict(zip(ids, units.value[ids].tolist()))
     out = []
     for r in range(len(ids) + 1):
         for held in combinations(ids, r):
-            size = int(units.size[list(held)].sum()) if held else 0
-            key = int(units.value[list(held)].sum()) if held else 0
+            key = _int64(sum(value[u] for u in held))
             if ids and r == len(ids):
                 key += units.sigma
-            out.append(Pattern(held, size, key))
+            out.append(Pattern(held, _int64(sum(size[u] for u in held)), key))
     return out
+
+
+def _int64(x: int) -> int:
+    """``x`` as an int64 sum holds it (wrapping around as numpy's does)."""
+    return (x + 2**63) % 2**64 - 2**63
 
 
 def _cpu_order(units: Units, p: Pattern, layer: int) -> tuple[int, ...]:
@@ -154,10 +160,11 @@ def best_set(units: Units, a: int, b: int, room: int) -> tuple[np.ndarray, int]:
     """The fill of layers [a, b) within ``room`` bytes: (held unit indices, packed key).
 
     A DP over the range's layers from the last one back gives, for every budget of ``s`` grains, the
-    best key of a fill of the layers from each one on (the least bytes among the best). The optimum is
-    that of the first layer at the room; then, front to back, each layer takes the pattern whose CPU
-    units sort last among those whose rest is still the best of its budget (a completion of an
-    optimum is itself optimal for what it has left, and uses no fewer bytes than it must).
+    best key of a fill of the layers from each one on (the least bytes among the best): each layer
+    relaxes the fills of the layers after it as ``dense_tables`` does one start. The optimum is that of
+    the first layer at the room; then, front to back, each layer takes the pattern whose CPU units sort
+    last among those whose rest is still the best of its budget (a completion of an optimum is itself
+    optimal for what it has left, and uses no fewer bytes than it must).
     """
     layers = [la for la in range(a, b) if len(units.of_layer(la))]
     if room < 0 or not layers:
@@ -165,33 +172,27 @@ def best_set(units: Units, a: int, b: int, room: int) -> tuple[np.ndarray, int]:
     grain = int(np.gcd.reduce(units.size))
     states = min(room, int(units.size[units.of_layer(layers[0])[0] :].sum())) // grain + 1
     pats = {la: patterns(units, la) for la in layers}
-    low = np.iinfo(np.int64).min // 4
-    key = np.zeros((len(layers) + 1, states), dtype=np.int64)
-    size = np.zeros((len(layers) + 1, states), dtype=np.int64)
-    for i in range(len(layers) - 1, -1, -1):
-        key[i], size[i] = key[i + 1], size[i + 1]
-        for p in pats[layers[i]]:
-            shift = p.size // grain
-            if not p.held or shift >= states:
-                continue
-            cand_key = np.full(states, low, dtype=np.int64)
-            cand_key[shift:] = key[i + 1, : states - shift] + p.key
-            cand_size = np.zeros(states, dtype=np.int64)
-            cand_size[shift:] = size[i + 1, : states - shift] + p.size
-            better = (cand_key > key[i]) | ((cand_key == key[i]) & (cand_size < size[i]))
-            key[i] = np.where(better, cand_key, key[i])
-            size[i] = np.where(better, cand_size, size[i])
-    want_key, want_size = int(key[0, states - 1]), int(size[0, states - 1])
+    dp = _states(units, 1, states)
+    chose = np.zeros((1, states), dtype=np.int8 if len(max(pats.values(), key=len)) < 127 else np.int16)
+    every = np.arange(states)
+    after = [dp.at(np.zeros(states, dtype=np.int64), every)]  # the fill of the layers after each
+    for la in reversed(layers):
+        dp.relax(slice(0, 1), [p for p in pats[la] if p.held and p.size // grain < states], chose, grain)
+        after.append(dp.at(np.zeros(states, dtype=np.int64), every))
+    after.reverse()
+    key, size = after[0]
+    want_key, want_size = int(key[states - 1]), int(size[states - 1]) * grain
     best = want_key
     held: list[int] = []
     for i, la in enumerate(layers):
+        key, size = after[i + 1]
         options = []
         for p in pats[la]:
             left = want_size - p.size
             if left < 0 or left // grain >= states:
                 continue
             at = left // grain
-            if int(key[i + 1, at]) == want_key - p.key and int(size[i + 1, at]) == left:
+            if int(key[at]) == want_key - p.key and int(size[at]) * grain == left:
                 options.append(p)
         choice = max(options, key=lambda p: _cpu_order(units, p, la))
         held += choice.held
@@ -200,13 +201,13 @@ def best_set(units: Units, a: int, b: int, room: int) -> tuple[np.ndarray, int]:
     return np.array(sorted(held), dtype=np.int64), best
 
 
-def _distinct(pats: list[Pattern], carried: list[np.ndarray]) -> list[Pattern]:
-    """One pattern of each (bytes, key, carried sums): equal tensors of a layer give equal fills."""
-    seen: dict[tuple, Pattern] = {}
+def _distinct(pats: list[Pattern], carried: list[list[int]]) -> list[tuple[Pattern, tuple[int, ...]]]:
+    """One pattern of each (bytes, key, carried sums), with its carried sums: equal tensors of a layer
+    give equal fills."""
+    seen: dict[tuple, tuple[Pattern, tuple[int, ...]]] = {}
     for p in pats:
-        held = list(p.held)
-        sig = (p.size, p.key, *(int(c[held].sum()) for c in carried))
-        seen.setdefault(sig, p)
+        sums = tuple(_int64(sum(c[u] for u in p.held)) for c in carried)
+        seen.setdefault((p.size, p.key, *sums), (p, sums))
     return list(seen.values())
 
 
@@ -251,33 +252,24 @@ def dense_tables(units: Units, carried: list[np.ndarray], rooms: Sequence[np.nda
         )
         for r in rooms
     ]
-    key = np.zeros((n, states), dtype=np.int64)  # row a: the fill of [a, b) after layer b - 1
-    size = np.zeros((n, states), dtype=np.int32 if states < 2**31 else np.int64)  # in grains (<= state)
-    cand_key, cand_size = np.empty_like(key), np.empty_like(size)  # scratch, reused by every pattern
-    bits = (states - 1).bit_length()  # a state's bytes, in grains, are below 2**bits
-    packed = (int(np.abs(units.value).sum()) + n * abs(units.sigma) + 1) << bits < PACKED_LIMIT
-    better, tie, fewer = (np.empty((n, states), dtype=bool) for _ in range(3))
-    trace: list[_Trace] = []
+    dp = _states(units, n, states)
+    trace = _Trace(n, states, _most_patterns(units), len(carried))
+    per_unit = [c.tolist() for c in carried]
     for layer in range(n):
         rows = slice(0, layer + 1)  # starts a <= layer; row ``layer`` starts empty
-        pats = _distinct([p for p in patterns(units, layer) if p.held and p.size // grain < states], carried)
-        chose = np.zeros((layer + 1, states), dtype=np.int8 if len(pats) < 127 else np.int16)
-        if packed:
-            _relax_packed(key, size, rows, pats, chose, grain, bits, cand_key, better)
-        else:
-            _relax(key, size, rows, pats, chose, grain, (cand_key, cand_size, better, tie, fewer))
-        trace.append(_Trace.of(chose, pats, carried, grain))
+        fit = [p for p in patterns(units, layer) if p.held and p.size // grain < states]
+        pats, sums = zip(*_distinct(fit, per_unit)) if fit else ((), ())
+        dp.relax(rows, list(pats), trace.chose[layer, rows], grain)
+        trace.add(layer, list(pats), list(sums), grain)
         for out, r in zip(outs, rooms):
             room = r[:, : layer + 1, layer + 1]  # (G, a)
             ok = room >= 0
             state = np.minimum(np.maximum(room, 0) // grain, states - 1)
             starts = np.broadcast_to(np.arange(layer + 1), room.shape)
-            out.key[:, : layer + 1, layer + 1] = np.where(ok, key[starts, state], 0)
-            out.size[:, : layer + 1, layer + 1] = np.where(
-                ok, size[starts, state].astype(np.int64) * grain, 0
-            )
-    for out, r in zip(outs, rooms):
-        _carried(out, r, trace, carried, units.size, grain, states)
+            key, size = dp.at(starts, state)
+            out.key[:, : layer + 1, layer + 1] = np.where(ok, key, 0)
+            out.size[:, : layer + 1, layer + 1] = np.where(ok, size * grain, 0)
+    _carried(outs, rooms, trace, carried, units.size, grain, states)
     return outs
 
 
@@ -312,35 +304,91 @@ def _relax(
         _mark(chose, shift, up, pid)
 
 
+def _most_patterns(units: Units) -> int:
+    """The most patterns a layer offers but none: ``2**m - 1`` for its ``m`` units."""
+    return (1 << int(np.bincount(units.layer).max(initial=0))) - 1
+
+
+def _states(units: Units, n: int, states: int) -> _PairStates | _PackedStates:
+    """The fill DP's ``n`` rows of ``states`` states, packed (``_PackedStates``) where the keys leave the
+    bytes and the pattern room in an int64."""
+    bits = (states - 1).bit_length()  # a state's bytes, in grains, are below 2**bits
+    pid_bits = _most_patterns(units).bit_length()
+    keys = int(np.abs(units.value).sum()) + units.n_layers * abs(units.sigma) + 1
+    if keys << (bits + pid_bits) < PACKED_LIMIT:
+        return _PackedStates(n, states, bits, pid_bits)
+    return _PairStates(n, states)
+
+
+class _PairStates:
+    """The fill DP's states, row a the fill of [a, b) after layer b - 1: each one's key and bytes (in
+    grains) in two arrays, relaxed by ``_relax``."""
+
+    def __init__(self, n: int, states: int) -> None:
+        self.key = np.zeros((n, states), dtype=np.int64)
+        self.size = np.zeros((n, states), dtype=np.int32 if states < 2**31 else np.int64)  # <= state
+        cand_key, cand_size = np.empty_like(self.key), np.empty_like(self.size)  # reused by every pattern
+        self.scratch = (cand_key, cand_size, *(np.empty((n, states), dtype=bool) for _ in range(3)))
+
+    def relax(self, rows: slice, pats: list[Pattern], chose: np.ndarray, grain: int) -> None:
+        _relax(self.key, self.size, rows, pats, chose, grain, self.scratch)
+
+    def at(self, starts: np.ndarray, state: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The key and bytes (in grains, int64) of the states ``state`` of rows ``starts``."""
+        return self.key[starts, state], self.size[starts, state].astype(np.int64)
+
+
+class _PackedStates:
+    """The fill DP's states as ``_PairStates`` holds them, packed in one integer each with the pattern
+    that set it (``_relax_packed``), where the keys leave ``bits + pid_bits`` free in an int64
+    (``PACKED_LIMIT``)."""
+
+    def __init__(self, n: int, states: int, bits: int, pid_bits: int) -> None:
+        self.bits, self.pid_bits = bits, pid_bits
+        self.most = (1 << bits) - 1
+        self.packed = np.full((n, states), self.most << pid_bits, dtype=np.int64)  # key 0, no bytes
+        self.scratch = (np.empty_like(self.packed), np.empty_like(self.packed))
+
+    def relax(self, rows: slice, pats: list[Pattern], chose: np.ndarray, grain: int) -> None:
+        _relax_packed(self.packed, rows, pats, chose, grain, self.bits, self.pid_bits, self.scratch)
+
+    def at(self, starts: np.ndarray, state: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The key and bytes (in grains) of the states ``state`` of rows ``starts``."""
+        got = self.packed[starts, state] >> self.pid_bits
+        return got >> self.bits, self.most - (got & self.most)
+
+
 def _relax_packed(
-    key: np.ndarray,
-    size: np.ndarray,
+    packed: np.ndarray,
     rows: slice,
     pats: list[Pattern],
     chose: np.ndarray,
     grain: int,
     bits: int,
-    cand: np.ndarray,
-    better: np.ndarray,
+    pid_bits: int,
+    scratch: tuple[np.ndarray, np.ndarray],
 ) -> None:
-    """``_relax`` with each state's key and bytes packed in one integer, ``key << bits | (most - bytes)``,
-    which orders as the rule does (a larger key, then fewer bytes), so one comparison and one maximum
-    replace the rule's seven passes per pattern (where the keys leave ``bits`` free in an int64)."""
-    states = key.shape[1]
-    most = (1 << bits) - 1
-    now = key[rows] << bits
-    now |= most - size[rows]
-    base = now.copy()
+    """``_relax`` over states packed as ``(key << bits | (most - bytes)) << pid_bits | (last -
+    pattern)``: a larger key, then fewer bytes, then an earlier pattern of the layer (none, the state
+    as it was, first of all) is a larger integer, so one maximum per pattern replaces the rule's seven
+    passes and the marking. The pattern a state is left with (``chose``, 1-based, 0 none) is the one
+    ``_relax`` records, the last strict improvement: the first pattern that reaches the best, none
+    where none beats the state."""
+    base, cand = scratch
+    last = (1 << pid_bits) - 1
+    now = packed[rows]
+    now |= last
+    base = base[rows]
+    np.copyto(base, now)
+    states = now.shape[1]
     for pid, p in enumerate(pats, 1):
         shift = p.size // grain
         width = states - shift
-        ck = np.add(base[:, :width], (p.key << bits) - shift, out=cand[rows, :width])
+        add = (((p.key << bits) - shift) << pid_bits) - pid
+        ck = np.add(base[:, :width], add, out=cand[rows, :width])
         cur = now[:, shift:]
-        up = np.greater(ck, cur, out=better[rows, :width])
         np.maximum(cur, ck, out=cur)
-        _mark(chose, shift, up, pid)
-    key[rows] = now >> bits
-    size[rows] = most - (now & most)
+    np.subtract(last, now & last, out=chose, casting="unsafe")
 
 
 def _mark(chose: np.ndarray, shift: int, up: np.ndarray, pid: int) -> None:
@@ -350,55 +398,61 @@ def _mark(chose: np.ndarray, shift: int, up: np.ndarray, pid: int) -> None:
     np.maximum(chose[:, shift:], np.multiply(up, pid, dtype=chose.dtype), out=chose[:, shift:])
 
 
-@dataclass(frozen=True)
 class _Trace:
-    """One layer of the fill DP: which of its patterns (1-based; 0 none) each (start, state) took last,
-    and each pattern's grains and carried sums (row 0: none)."""
+    """The fill DP's choices: for every layer which of its patterns (1-based; 0 none) each (start,
+    state) took last (``chose[layer, a, state]``; starts after the layer take none), and each pattern's
+    grains and carried sums (pattern 0: none)."""
 
-    chose: np.ndarray
-    shift: np.ndarray
-    sums: np.ndarray
+    def __init__(self, n: int, states: int, most_patterns: int, n_carried: int) -> None:
+        self.chose = np.zeros((n, n, states), dtype=np.int8 if most_patterns < 127 else np.int16)
+        self.shift = np.zeros((n, most_patterns + 1), dtype=np.int64)
+        self.sums = np.zeros((n, most_patterns + 1, n_carried), dtype=np.int64)
 
-    @classmethod
-    def of(cls, chose: np.ndarray, pats: list[Pattern], carried: list[np.ndarray], grain: int) -> _Trace:
-        shift = np.array([0, *(p.size // grain for p in pats)], dtype=np.int64)
-        sums = np.zeros((len(pats) + 1, len(carried)), dtype=np.int64)
-        for pid, p in enumerate(pats, 1):
-            held = list(p.held)
-            sums[pid] = [int(c[held].sum()) for c in carried]
-        return cls(chose, shift, sums)
+    def add(self, layer: int, pats: list[Pattern], sums: list[tuple[int, ...]], grain: int) -> None:
+        """The grains and carried sums of the layer's patterns."""
+        if pats:
+            self.shift[layer, 1 : len(pats) + 1] = [p.size // grain for p in pats]
+            self.sums[layer, 1 : len(pats) + 1] = sums
 
 
 def _carried(
-    out: Fills,
-    rooms: np.ndarray,
-    trace: list[_Trace],
+    outs: list[Fills],
+    rooms: Sequence[np.ndarray],
+    trace: _Trace,
     carried: list[np.ndarray],
     size: np.ndarray,
     grain: int,
     states: int,
 ) -> None:
-    """The carried sums of every cell (g, a, b) whose room is not negative: from its room's state after
-    layer b - 1 back to layer a, each layer's chosen pattern adds its sums and gives back its grains.
-    A carried array that is the units' own sizes is the bytes held, already known."""
-    g, a, b = np.nonzero(rooms >= 0)
-    keep = b > a
-    g, a, b = g[keep], a[keep], b[keep]
-    state = np.minimum(rooms[g, a, b] // grain, states - 1)
+    """The carried sums of every cell (g, a, b) of each room array whose room is not negative: from its
+    room's state after layer b - 1 back to layer a, each layer's chosen pattern adds its sums and gives
+    back its grains. The cells step back together, longest range first, so the cells still walking
+    are a prefix. A carried array that is the units' own sizes is the bytes held, already known."""
+    found = [np.nonzero(r >= 0) for r in rooms]
+    which = np.concatenate([np.full(len(f[0]), i) for i, f in enumerate(found)])
+    g, a, b = (np.concatenate([f[k] for f in found]) for k in range(3))
+    room = np.concatenate([r[f] for r, f in zip(rooms, found)])
+    order = np.argsort(a - b, kind="stable")
+    order = order[b[order] > a[order]]
+    which, g, a, b, room = which[order], g[order], a[order], b[order], room[order]
+    state = np.minimum(room // grain, states - 1)
     total = np.zeros((len(g), len(carried)), dtype=np.int64)
-    for layer in range(len(trace) - 1, -1, -1):
-        on = np.flatnonzero((a <= layer) & (b > layer))
-        if not len(on):
-            continue
-        t = trace[layer]
-        pid = t.chose[a[on], state[on]].astype(np.int64)
-        total[on] += t.sums[pid]
-        state[on] -= t.shift[pid]
-    for i, c in enumerate(carried):
-        if np.array_equal(c, size):
-            out.sums[i][...] = out.size
-        else:
-            out.sums[i][g, a, b] = total[:, i]
+    shorter = a - b  # ascending: minus each range's length
+    for step in range(len(trace.chose)):
+        k = int(np.searchsorted(shorter, -step, side="left"))  # the cells whose range is longer
+        if not k:
+            break
+        layer = b[:k] - 1 - step
+        pid = trace.chose[layer, a[:k], state[:k]].astype(np.int64)
+        total[:k] += trace.sums[layer, pid]
+        state[:k] -= trace.shift[layer, pid]
+    for w, out in enumerate(outs):
+        mine = which == w
+        for i, c in enumerate(carried):
+            if np.array_equal(c, size):
+                out.sums[i][...] = out.size
+            else:
+                out.sums[i][g[mine], a[mine], b[mine]] = total[mine, i]
 
 
 def uniform_table(units: Units, carried: list[np.ndarray], rooms: np.ndarray) -> Fills | None:

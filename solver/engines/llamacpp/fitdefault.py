@@ -27,10 +27,12 @@ reporting the host's memory free, a card emulated by its margin).
 
 from __future__ import annotations
 
+import functools
+import itertools
 import re
 import shlex
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from solver.engines.base import Engine
 from solver.engines.export import LLAMA_MAX_SPLITS, Offload
@@ -144,6 +146,27 @@ class ExactOracle:
     rig: FitRig
     pm: memory.PlanMemory
 
+    _matched: dict[str, tuple[tuple[int, str], ...]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+
+    @functools.cached_property
+    def _ffn_names(self) -> tuple[tuple[tuple[int, str], str], ...]:
+        """Each layer's FFN tensors the model file lists, (layer, kind), with its GGUF name."""
+        return tuple(
+            ((layer, name), Offload(layer, name).name)
+            for name, _ in self.pm.ffn
+            for layer in range(len(self.pm.dense))
+        )
+
+    def _matching(self, pattern: str) -> tuple[tuple[int, str], ...]:
+        """The FFN tensors an ``-ot`` pattern selects (``std::regex_search``), matched once: fit's dry
+        runs repeat their patterns over many placements."""
+        if pattern not in self._matched:
+            found = map(re.compile(pattern).search, (name for _, name in self._ffn_names))
+            self._matched[pattern] = tuple(itertools.compress((key for key, _ in self._ffn_names), found))
+        return self._matched[pattern]
+
     def __call__(self, run: DryRun) -> Measurement:
         words = [*self.rig.words, *run.args()[2:], *kv_words(self.p)]
         args = parse_llama_args(words)
@@ -153,14 +176,19 @@ class ExactOracle:
         placed, _, _ = placed_bytes(q, Costs.of(q), args, dev, layers)
         k = q.n_gpus
         weights = [0] * (k + 1)  # the CPU last
-        rules = [(re.compile(pattern), f"{pattern}={buft}", buft) for pattern, buft in args.overrides]
+        moved: dict[tuple[int, str], int] = {}  # each FFN tensor a rule moves: the first rule's index
+        for i, (pattern, _) in enumerate(args.overrides):
+            for tensor in self._matching(pattern):
+                moved.setdefault(tensor, i)
         for layer, d in enumerate(layers):
             home = k if d == CPU else d
             stays = self.pm.dense[layer]
             for name, sizes in self.pm.ffn:
-                size, tensor = sizes[layer], Offload(layer, name).name
-                rule = next((r for r in rules if size and r[0].search(tensor)), None)
-                to = home if rule is None else dev.of_buffer(rule[2], rule[1])
+                size, i = sizes[layer], moved.get((layer, name))
+                if not size or i is None:
+                    continue
+                pattern, buft = args.overrides[i]
+                to = dev.of_buffer(buft, f"{pattern}={buft}")
                 to = k if to == CPU else to
                 if to != home:
                     stays -= size

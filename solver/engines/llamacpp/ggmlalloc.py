@@ -93,7 +93,7 @@ class Tensor:
         self.flags_output = False
         self._nbytes = -1
         self.backend = -1  # the scheduler's choice for it, while ``schedule`` runs
-        self.hash: _Hash | None = None  # the allocator's record of it, while ``allocate`` runs
+        self.hash: int | None = None  # the index of the allocator's record of it, while ``allocate`` runs
 
     def __repr__(self) -> str:
         return f"Tensor({self.name!r}, {self.op}, {self.type}, {self.ne})"
@@ -379,26 +379,29 @@ def op_batch_size(t: Tensor) -> int:
     return t.ne[1] * t.ne[2] * t.ne[3]
 
 
-def _from_cur(be: Backends, t: Tensor) -> int:
-    """Pass 1 (``ggml_backend_sched_backend_id_from_cur``): pre-allocated tensors stay where they are,
-    inputs go to the CPU, ops with a weight source go where the weight is (except ROPE and flash
-    attention, whose small weights must not decide), or, for a weight in host memory, to the first
-    device that offloads a batch that large (cause ``1.off``)."""
-    home = t.view_src.buffer if t.view_src is not None else t.buffer
-    b = -1 if home is None else be.first_reader.get(home, -1)
-    if b != -1:
-        return b
-    if t.flags_input:
-        return be.cpu
-    if t.op in ("ROPE", "FLASH_ATTN_EXT"):
-        return -1
-    for s in t.src:
-        if s is not None and s.buffer is not None and s.weights:
-            b = _backend_from_buffer(be, s)
-            if b == be.cpu and be.offload_min_batch and op_batch_size(t) >= be.offload_min_batch:
-                return be.offload_from
-            return b
-    return -1
+def _from_cur(be: Backends, tensors: Iterable[Tensor]) -> None:
+    """Pass 1 (``ggml_backend_sched_backend_id_from_cur``) over ``tensors``, setting each one's
+    ``backend``: pre-allocated tensors stay where they are, inputs go to the CPU, ops with a weight
+    source go where the weight is (except ROPE and flash attention, whose small weights must not
+    decide), or, for a weight in host memory, to the first device that offloads a batch that large
+    (cause ``1.off``)."""
+    reader = be.first_reader.get
+    cpu, offload, offload_from = be.cpu, be.offload_min_batch, be.offload_from
+    for t in tensors:
+        view = t.view_src
+        home = view.buffer if view is not None else t.buffer
+        b = -1 if home is None else reader(home, -1)
+        if b == -1:
+            if t.flags_input:
+                b = cpu
+            elif t.op not in ("ROPE", "FLASH_ATTN_EXT"):
+                for s in t.src:
+                    if s is not None and s.buffer is not None and s.weights:
+                        b = _backend_from_buffer(be, s)
+                        if b == cpu and offload and op_batch_size(t) >= offload:
+                            b = offload_from
+                        break
+        t.backend = b
 
 
 def _buffer_supported(be: Backends, t: Tensor, b: int) -> bool:
@@ -424,10 +427,8 @@ def schedule(
     graph's own size): an offloaded op's weight is copied whole into the device's compute buffer, so its
     copy has the weight's own size."""
     cpu = be.cpu
-    for t in graph.leafs:
-        t.backend = _from_cur(be, t)
-    for t in graph.nodes:
-        t.backend = _from_cur(be, t)
+    _from_cur(be, graph.leafs)
+    _from_cur(be, graph.nodes)
 
     compute = [t for t in graph.nodes if t.op not in VIEW_OPS]
 
@@ -464,12 +465,12 @@ def schedule(
 
     # pass 4: views and unassigned sources follow their view source or their consumer
     for t in graph.nodes:
-        if t.view_src is not None and t.backend == -1:
-            t.backend = t.view_src.backend
+        view = t.view_src
+        if view is not None and t.backend == -1:
+            t.backend = view.backend
         for s in t.src:
-            if s is None or s.backend != -1:
-                continue
-            s.backend = s.view_src.backend if s.view_src is not None else t.backend
+            if s is not None and s.backend == -1:
+                s.backend = s.view_src.backend if s.view_src is not None else t.backend
         if t.backend == -1:
             t.backend = 0
 
@@ -483,43 +484,42 @@ def schedule(
         first += 1
     cur = nodes[first].backend if first < len(nodes) else 0
     start, inputs = 0, []
+    views = VIEW_OPS
     for i in range(first, len(nodes)):
         t = nodes[i]
-        if t.op in VIEW_OPS:
+        if t.op in views:
             continue
         b = t.backend
+        src = t.src
         need_new = False
         if b == cur and inputs:
-            for s in t.src:
-                if s is not None and s.buffer is not None and s.weights:
-                    sb = s.backend
-                    if sb != cur and not _buffer_supported(be, s, cur):
-                        need_new = True
-                        break
+            for s in src:
+                weight = s is not None and s.buffer is not None and s.weights
+                if weight and s.backend != cur and not _buffer_supported(be, s, cur):
+                    need_new = True
+                    break
         if b != cur or need_new:
             splits.append((cur, start, i, inputs))
             cur, start, inputs = b, i, []
-        for j, s in enumerate(t.src):
-            if s is None:
+        for j, s in enumerate(src):
+            if s is None or s.backend == cur or _buffer_supported(be, s, cur):
                 continue
-            sb = s.backend
-            if sb != cur and not _buffer_supported(be, s, cur):
-                key = (id(s), cur)
-                if key not in copies:
-                    made = []
-                    stored = weight_bytes(s.name) if weight_bytes is not None and s.weights else None
-                    for _ in range(n_copies):
-                        if stored is not None:
-                            c = Tensor("i8", (stored,), name=f"{be.names[cur]}#{s.name}")
-                        else:
-                            c = Tensor(s.type, s.ne, nb=s.nb, name=f"{be.names[cur]}#{s.name}")
-                        if n_copies > 1:
-                            c.flags_input = c.flags_output = True
-                        made.append(c)
-                    copies[key] = made
-                    inputs.append(s)
-                out.rewired.append((t, j, s))
-                t.src[j] = copies[key][0]
+            key = (id(s), cur)
+            if key not in copies:
+                made = []
+                stored = weight_bytes(s.name) if weight_bytes is not None and s.weights else None
+                for _ in range(n_copies):
+                    if stored is not None:
+                        c = Tensor("i8", (stored,), name=f"{be.names[cur]}#{s.name}")
+                    else:
+                        c = Tensor(s.type, s.ne, nb=s.nb, name=f"{be.names[cur]}#{s.name}")
+                    if n_copies > 1:
+                        c.flags_input = c.flags_output = True
+                    made.append(c)
+                copies[key] = made
+                inputs.append(s)
+            out.rewired.append((t, j, s))
+            t.src[j] = copies[key][0]
     splits.append((cur, start, len(nodes), inputs))
 
     out.n_splits = len(splits)
@@ -531,9 +531,9 @@ def schedule(
             out.node_backend.append(s.backend)
             out.nodes.append(copies[(id(s), b)][0])
             out.node_backend.append(b)
-        for t in nodes[s0:s1]:
-            out.nodes.append(t)
-            out.node_backend.append(t.backend)
+        part = nodes[s0:s1]
+        out.nodes.extend(part)
+        out.node_backend.extend([t.backend for t in part])
     if n_copies > 1:
         for t in graph_inputs:
             out.flagged.append((t, t.flags_output))
@@ -548,9 +548,8 @@ def schedule(
                 for c in copies[(id(s), b)]:
                     out.leafs.append(c)
                     out.leaf_backend.append(b)
-    for t in graph.leafs:
-        out.leafs.append(t)
-        out.leaf_backend.append(t.backend)
+    out.leafs.extend(graph.leafs)
+    out.leaf_backend.extend([t.backend for t in graph.leafs])
     return out
 
 
@@ -572,12 +571,14 @@ class DynAllocator:
         return (size + a - 1) // a * a
 
     def alloc(self, size: int) -> int:
-        size = self._align(size)
+        a = self.alignment
+        size = (size + a - 1) // a * a
         blocks = self.blocks
         best, best_size = -1, 1 << 63
         for i in range(len(blocks) - 1):
-            if size <= blocks[i][1] <= best_size:
-                best, best_size = i, blocks[i][1]
+            free = blocks[i][1]
+            if size <= free <= best_size:
+                best, best_size = i, free
         if best == -1:
             best = len(blocks) - 1
         block = blocks[best]
@@ -586,11 +587,13 @@ class DynAllocator:
         block[1] -= size
         if block[1] == 0:
             del blocks[best]
-        self.max_size = max(self.max_size, offset + size)
+        if offset + size > self.max_size:
+            self.max_size = offset + size
         return offset
 
     def free(self, offset: int, size: int) -> None:
-        size = self._align(size)
+        a = self.alignment
+        size = (size + a - 1) // a * a
         blocks = self.blocks
         for i, block in enumerate(blocks):
             if block[0] + block[1] == offset:
@@ -612,118 +615,111 @@ class DynAllocator:
         blocks.insert(pos, [offset, size])
 
 
-class _Hash:
-    __slots__ = ("addr", "allocated", "buffer", "n_children", "n_views")
-
-    def __init__(self) -> None:
-        self.n_children = 0
-        self.n_views = 0
-        self.buffer = -1
-        self.addr = 0
-        self.allocated = False
-
-
-def _same_layout(a: Tensor, b: Tensor) -> bool:
-    return a.type == b.type and a.ne == b.ne and a.nb == b.nb
-
-
 def allocate(sched: Schedule, n_buffers: int, alignment: int = 32) -> list[int]:
     """``ggml_gallocr_alloc_graph_impl`` + ``reserve_n_size``: the high-water mark of each buffer
     (one per backend) when the scheduled graph is allocated in order."""
     allocs = [DynAllocator(alignment) for _ in range(n_buffers)]
     # a fresh record for every tensor the walk can reach: the leafs and nodes, whose sources and view
     # sources are leafs and nodes too (``Graph.expand`` visits every source; a view's source chain
-    # reaches the tensor it views); cleared afterwards, so a tensor reached otherwise fails loudly
-    for t in sched.leafs:
-        t.hash = _Hash()
-    for t in sched.nodes:
-        t.hash = _Hash()
+    # reaches the tensor it views); a tensor's ``hash`` is its record's index while the walk runs and
+    # None afterwards, so a tensor reached otherwise fails loudly
+    tensors = [*sched.leafs, *sched.nodes]
+    for i, t in enumerate(tensors):
+        t.hash = i
     try:
-        return _walk(sched, allocs)
+        return _walk(sched, allocs, len(tensors))
     finally:
-        for t in sched.leafs:
-            t.hash = None
-        for t in sched.nodes:
+        for t in tensors:
             t.hash = None
 
 
-def _walk(sched: Schedule, allocs: list[DynAllocator]) -> list[int]:
-    """The allocation walk of ``allocate`` over records already made."""
+def _walk(sched: Schedule, allocs: list[DynAllocator], n: int) -> list[int]:
+    """The allocation walk of ``allocate`` over ``n`` records (``ggml-alloc.c``'s hash nodes: children
+    and views still to come, the buffer and offset, whether allocated), kept as parallel lists indexed
+    by each tensor's ``hash``."""
+    n_children = [0] * n
+    n_views = [0] * n
+    buffer_of = [-1] * n
+    addr = [0] * n
+    allocated = [False] * n
+    inplace = INPLACE_OPS
 
     def allocate_node(t: Tensor, buffer: int) -> None:
-        hn = t.hash
-        if t.buffer is not None or hn.allocated or t.view_src is not None:
+        i = t.hash
+        if t.buffer is not None or allocated[i] or t.view_src is not None:
             return
-        hn.allocated = True
-        if t.op in INPLACE_OPS:
+        allocated[i] = True
+        if t.op in inplace:
             for p in t.src:
-                if p is None or not p.hash.allocated:
+                if p is None:
                     continue
-                if p.flags_output or (p.view_src is not None and p.view_src.flags_output):
+                j = p.hash
+                if not allocated[j]:
                     continue
-                if not _same_layout(t, p):
+                view = p.view_src
+                if p.flags_output or (view is not None and view.flags_output):
                     continue
-                ph = p.hash
-                if ph.n_children == 1 and ph.n_views == 0:
-                    if p.view_src is not None:
-                        vh = p.view_src.hash
-                        if vh.n_views == 1 and vh.n_children == 0:
-                            hn.buffer, hn.addr = ph.buffer, ph.addr
-                            ph.allocated = False
-                            vh.allocated = False
-                            _free_extra(t, p.view_src, vh)
+                if p.type != t.type or p.ne != t.ne or p.nb != t.nb:
+                    continue
+                if n_children[j] == 1 and n_views[j] == 0:
+                    if view is not None:
+                        k = view.hash
+                        if n_views[k] == 1 and n_children[k] == 0:
+                            buffer_of[i], addr[i] = buffer_of[j], addr[j]
+                            allocated[j] = False
+                            allocated[k] = False
+                            _free_extra(t, view, k)
                             return
                     else:
-                        hn.buffer, hn.addr = ph.buffer, ph.addr
-                        ph.allocated = False
-                        _free_extra(t, p, ph)
+                        buffer_of[i], addr[i] = buffer_of[j], addr[j]
+                        allocated[j] = False
+                        _free_extra(t, p, j)
                         return
-        hn.buffer = buffer
-        hn.addr = allocs[buffer].alloc(t.nbytes)
+        buffer_of[i] = buffer
+        addr[i] = allocs[buffer].alloc(t.nbytes)
 
-    def _free_extra(node: Tensor, parent: Tensor, ph: _Hash) -> None:
-        a = allocs[ph.buffer]
+    def _free_extra(node: Tensor, parent: Tensor, j: int) -> None:
+        a = allocs[buffer_of[j]]
         psize, nsize = a._align(parent.nbytes), a._align(node.nbytes)
         if psize > nsize:
-            a.free(ph.addr + nsize, psize - nsize)
-
-    def free_node(t: Tensor) -> None:
-        if t.flags_output:
-            return
-        hn = t.hash
-        allocs[hn.buffer].free(hn.addr, t.nbytes)
-        hn.allocated = False
+            a.free(addr[j] + nsize, psize - nsize)
 
     for t, b in zip(sched.leafs, sched.leaf_backend):
         allocate_node(t, b)
     for t, b in zip(sched.nodes, sched.node_backend):
-        if t.view_src is not None and t.op != "NONE":
-            t.view_src.hash.n_views += 1
+        view = t.view_src
+        if view is not None and t.op != "NONE":
+            n_views[view.hash] += 1
         if t.flags_input:
             allocate_node(t, b)
         for s in t.src:
             if s is None:
                 continue
-            s.hash.n_children += 1
+            n_children[s.hash] += 1
             if s.flags_input:
                 allocate_node(s, b)
     for t, b in zip(sched.nodes, sched.node_backend):
-        for p in t.src:
-            if p is not None and p.buffer is None and p.view_src is None and not p.hash.allocated:
+        src = t.src
+        for p in src:
+            if p is not None and p.buffer is None and p.view_src is None and not allocated[p.hash]:
                 allocate_node(p, b)
-        if t.buffer is None and t.view_src is None and not t.hash.allocated:
+        if t.buffer is None and t.view_src is None and not allocated[t.hash]:
             allocate_node(t, b)
-        for p in t.src:
+        for p in src:
             if p is None:
                 continue
-            ph = p.hash
-            ph.n_children -= 1
-            if ph.n_children == 0 and ph.n_views == 0:
-                if p.view_src is not None:
-                    vh = p.view_src.hash
-                    vh.n_views -= 1
-                    if vh.n_views == 0 and vh.n_children == 0 and vh.allocated:
-                        free_node(p.view_src)
-                elif ph.allocated:
-                    free_node(p)
+            j = p.hash
+            left = n_children[j] - 1
+            n_children[j] = left
+            if left == 0 and n_views[j] == 0:
+                view = p.view_src
+                if view is not None:
+                    k = view.hash
+                    n_views[k] -= 1
+                    if n_views[k] == 0 and n_children[k] == 0 and allocated[k] and not view.flags_output:
+                        allocs[buffer_of[k]].free(addr[k], view.nbytes)
+                        allocated[k] = False
+                elif allocated[j] and not p.flags_output:
+                    allocs[buffer_of[j]].free(addr[j], p.nbytes)
+                    allocated[j] = False
     return [a.max_size for a in allocs]

@@ -30,10 +30,13 @@ never offload an op whose weights sit in host memory. docs/engines.md says how a
 from __future__ import annotations
 
 import bisect
+import contextlib
 import dataclasses
 import functools
+import gc
 import itertools
 import math
+import operator
 import re
 import struct
 from dataclasses import dataclass, field
@@ -370,26 +373,41 @@ def _weight_slots(g: Geometry) -> tuple[tuple[str, int], ...]:
 def _matching(g: Geometry, pattern: str) -> tuple[str, ...]:
     """The weights an ``-ot`` pattern selects (``std::regex_search``); a --fit run repeats its patterns
     over tens of placements, so each is matched once."""
-    pat = re.compile(pattern)
-    return tuple(name for name, _ in _weight_slots(g) if pat.search(name))
+    return tuple(filter(re.compile(pattern).search, _weight_names(g)))
+
+
+@functools.lru_cache(maxsize=8)
+def _weight_names(g: Geometry) -> tuple[str, ...]:
+    """The weights' names, in ``_weight_slots``' order."""
+    return tuple(name for name, _ in _weight_slots(g))
 
 
 def weight_buffers(g: Geometry, p: Placement) -> dict[str, str]:
     """The buffer each weight is loaded into, ``RPCi`` or ``CPU``: an ``-ot`` override's target
     (``llama-model-loader.cpp``: the first pattern ``std::regex_search`` matches), else its layer's
     device; the input embedding always stays on the CPU."""
-    devs = layer_devices(g, p)
-    out: dict[str, str] = {}
-    for name, layer in _weight_slots(g):
-        dev = -1 if layer == _EMBEDDING else devs[-1] if layer == _OUTPUT else devs[layer]
-        out[name] = "CPU" if dev == -1 else f"RPC{dev}"
-    overridden: set[str] = set()
+    slots = _slot_buffers(layer_devices(g, p))
+    out = {name: slots[layer] for name, layer in _weight_slots(g)}
+    for name, target in _overridden(g, p):
+        out[name] = target
+    return out
+
+
+def _slot_buffers(devs: list[int]) -> list[str]:
+    """The buffer of each layer slot's weights (``layer_devices``' order), indexed by ``_weight_slots``'
+    layers: the output layer's last but one (``_OUTPUT``), the CPU last (``_EMBEDDING``)."""
+    names = ["CPU" if d == -1 else f"RPC{d}" for d in devs]
+    return [*names, names[-1], "CPU"]
+
+
+def _overridden(g: Geometry, p: Placement) -> Iterator[tuple[str, str]]:
+    """Each weight an ``-ot`` override moves, with its target: the first pattern that matches it."""
+    seen: set[str] = set()
     for pattern, target in p.overrides:
         for name in _matching(g, pattern):
-            if name not in overridden:
-                overridden.add(name)
-                out[name] = target
-    return out
+            if name not in seen:
+                seen.add(name)
+                yield name, target
 
 
 def _pad(n: int, a: int = ALIGNMENT) -> int:
@@ -1069,14 +1087,16 @@ def build_graph(g: Geometry, f: Flags) -> _Unplaced:
 
 
 def _place(u: _Unplaced, g: Geometry, p: Placement) -> None:
-    """Put the graph's weights and caches in the buffers placement ``p`` gives them."""
-    where = weight_buffers(g, p)
-    for name, t in u.weights.items():
-        t.buffer = where[name]
-    devs = layer_devices(g, p)
+    """Put the graph's weights and caches in the buffers placement ``p`` gives them (``weight_buffers``,
+    without the dictionary of names)."""
+    slots = _slot_buffers(layer_devices(g, p))
+    weights = u.weights
+    for name, layer in _weight_slots(g):
+        weights[name].buffer = slots[layer]
+    for name, target in _overridden(g, p):
+        weights[name].buffer = target
     for key, t in u.cache.items():
-        dev = devs[int(key[1:])]
-        t.buffer = "CPU" if dev == -1 else f"RPC{dev}"
+        t.buffer = slots[int(key[1:])]
 
 
 def pipeline_parallel(g: Geometry, p: Placement) -> bool:
@@ -1109,6 +1129,33 @@ def compute_bytes(
 
     A --fit run sizes tens of placements that differ only in how many layers alike a device runs, so
     the figures are kept by the placement's ``_Runs.key`` and computed once per key."""
+    with _collector_paused():
+        return _compute_bytes(g, p, f, offload_min_batch, weight_bytes, offload_from)
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off for the duration: building and simulating a graph makes
+    tens of thousands of tensors and allocator records, which would set off collections that walk
+    every live object of the process, while the records die with the simulation by reference count."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def _compute_bytes(
+    g: Geometry,
+    p: Placement,
+    f: Flags,
+    offload_min_batch: int,
+    weight_bytes: Callable[[str], int | None] | None,
+    offload_from: int,
+) -> list[int]:
+    """``compute_bytes`` with the collector paused."""
     runs = _runs(g, effective(f))
     _place(runs.unplaced, g, p)
     pipeline = pipeline_parallel(g, p)
@@ -1189,9 +1236,10 @@ class _Runs:
         from host memory (only a host weight is copied to the device that offloads its op)."""
         ids, tokens = self.ids, self.tokens
         tokens.clear()
+        buffer = operator.attrgetter("buffer")
         for shape, reads in zip(self.shapes, self.reads):
-            where = tuple(t.buffer for t in reads)
-            if typed is not None:
+            where = tuple(map(buffer, reads))
+            if typed is not None and "CPU" in where:
                 where += tuple(typed(t.name) for t in reads if t.weights and t.buffer == "CPU")
             tokens.append(ids.setdefault((shape, where), len(ids)))
         return _cut(tokens, RUN_CAP)
@@ -1315,7 +1363,12 @@ _LAYER_OF_NAME = re.compile(r"^(?:blk\.|cache_[a-z]+_l)(\d+)")
 
 def _layer_of(t: Tensor) -> int:
     """The layer a pre-allocated tensor (a weight or a cache) belongs to, or -1."""
-    m = _LAYER_OF_NAME.match(t.name) if t.buffer is not None else None
+    return _layer_of_name(t.name) if t.buffer is not None else -1
+
+
+@functools.lru_cache(maxsize=65536)
+def _layer_of_name(name: str) -> int:
+    m = _LAYER_OF_NAME.match(name)
     return int(m[1]) if m else -1
 
 
