@@ -356,8 +356,11 @@ class LlamaCpp(BytesSpeed):
 
         p = scored.problem
         flags = command_flags(p, args)
-        settings: dict = {"context": p.context, "n_ubatch": flags.n_ubatch}
-        settings["flash_attn"] = "on" if flags.flash_attn else "off"
+        settings: dict = {
+            "context": p.context,
+            "n_ubatch": flags.n_ubatch,
+            "flash_attn": "on" if flags.flash_attn else "off",
+        }
         if args.type_k == args.type_v and args.type_k in KV_TYPES:
             settings["kv_type"] = args.type_k
         q = reload(**settings)

@@ -64,10 +64,10 @@ def with_command_memory(
 ) -> tuple[Problem, int, list[str]]:
     """``p`` with each GPU's compute buffer the command's own (where the plan computed it, not where a
     GPU's ``buffer:`` key gives it; in ``Problem.buffers`` and the plan memory's ``buffers`` too) and the
-    first and last stages' role extras taken off (so no longer
-    the ways a plan may run, which count the roles: ``LlamaFields.classes`` dropped); the host's
-    compute buffer; and a note saying so. ``p`` unchanged, 0 and no note for a model file without a
-    geometry (the allowance stays) or flags llama.cpp refuses."""
+    first and last stages' role extras taken off (so no longer the ways a plan may run, which count the
+    roles: ``LlamaFields.classes`` dropped); the host's compute buffer; and a note saying so. ``p``
+    unchanged, 0 and no note for a model file without a geometry (the allowance stays) or flags
+    llama.cpp refuses."""
     pm = LlamaFields.of(p).llama_memory
     flags = command_flags(p, args)
     if not isinstance(pm, memory.PlanMemory) or memory.refusal(pm.geometry, flags):
