@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -206,6 +207,37 @@ def _moe_block(pattern: str) -> int | None:
     return int(m[1]) if m and int(m[1]) < MAX_BLOCKS else None
 
 
+@dataclass(frozen=True)
+class _UnitTensors:
+    """One unit's tensors as ``-ot`` rules see them: its layer, each main tensor's full GGUF name with
+    its companions' (bias, scale), and the same by their names after ``blk.N.`` (``short``,
+    ``companions``)."""
+
+    layer: int
+    mains: tuple[tuple[str, tuple[str, ...]], ...]
+    short: tuple[str, ...]
+    companions: tuple[tuple[str, ...], ...]
+
+
+@functools.lru_cache(maxsize=8)
+def _unit_tensors(
+    unit_names: tuple[tuple[str, ...], ...], order: tuple[int, ...], layer: tuple[int, ...]
+) -> tuple[_UnitTensors, ...]:
+    """Each unit's tensors in Costs order (``order``: the units, ``layer``: theirs), built once: fit's
+    dry runs and a score place the same units again and again."""
+    out = []
+    for u, la in zip(order, layer):
+        names = unit_names[u]
+        mains = _mains(names)
+        companions = tuple(tuple(n for n in names if n != name and base_tensor(n) == name) for name in mains)
+        full = tuple(
+            (Offload(la, name).name, tuple(Offload(la, x).name for x in comp))
+            for name, comp in zip(mains, companions)
+        )
+        out.append(_UnitTensors(la, full, tuple(mains), companions))
+    return tuple(out)
+
+
 def placed_bytes(
     p: Problem, c: Costs, args: LlamaArgs, dev: Devices, layers: list[int]
 ) -> tuple[np.ndarray, list[list[str]], list[str]]:
@@ -228,43 +260,29 @@ def placed_bytes(
                 f"the score moves expert tensors only"
             )
 
-    fields = LlamaFields.of(p)
-    full = tuple(
-        dict.fromkeys(
-            Offload(int(c.layer[i]), name).name
-            for i, u in enumerate(c.order)
-            for name in fields.unit_names[int(u)]
-        )
-    )
+    names = tuple(LlamaFields.of(p).unit_names)
+    tensors = _unit_tensors(names, tuple(c.order.tolist()), tuple(c.layer.tolist()))
+    full = tuple(dict.fromkeys(x for unit in tensors for main, comp in unit.mains for x in (main, *comp)))
     first: dict[str, int] = {}
     for (regex, _, _), target in zip(rules, targets):
         for name in _found(regex.pattern, full):
             first.setdefault(name, target)
 
-    def where(name: str, home: int) -> int:
-        return first.get(name, home)
-
     k = p.n_gpus
     out = np.zeros((len(c.layer), k + 1), dtype=np.int64)
     cpu_names: list[list[str]] = []
     parted: list[str] = []
-    for i, u in enumerate(c.order):
-        layer = int(c.layer[i])
-        names = fields.unit_names[int(u)]
-        mains = _mains(names)
-        home = layers[layer]
+    for i, unit in enumerate(tensors):
+        home = layers[unit.layer]
         size = int(c.size[i])
         on_cpu = []
-        for j, name in enumerate(mains):
-            d = where(Offload(layer, name).name, home)
-            out[i, d if d != CPU else k] += size * (j + 1) // len(mains) - size * j // len(mains)
-            companions = [n for n in names if n != name and base_tensor(n) == name]
-            for companion in companions:
-                other = where(Offload(layer, companion).name, home)
-                if other != d:
-                    parted.append(Offload(layer, companion).name)
+        n = len(unit.mains)
+        for j, (name, companions) in enumerate(unit.mains):
+            d = first.get(name, home)
+            out[i, d if d != CPU else k] += size * (j + 1) // n - size * j // n
+            parted += [other for other in companions if first.get(other, home) != d]
             if d == CPU:
-                on_cpu += [name, *companions]
+                on_cpu += [unit.short[j], *unit.companions[j]]
         cpu_names.append(on_cpu)
     if parted:
         notes.append(
