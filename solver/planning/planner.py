@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from solver.background import Pending
 from solver.engines import engine_of, evaluate
 from solver.planning.classes import Built, Solved, placed_in, settled, solve_classes
 from solver.planning.hints import Hint, Reload, hints_of
@@ -108,6 +109,7 @@ def plan_rig(
     default: str | None = None,
     reload: Reload | None = None,
     built: Built | None = None,
+    with_default: bool = True,
 ) -> Result:
     """Plan one problem end to end, in each way its engine may run a plan (solver.planning.classes:
     the plan, its arcs and oracle are the chosen way's; the baseline is evaluated in the way it runs)
@@ -116,12 +118,31 @@ def plan_rig(
     more room; ``default``: which of the
     engine's defaults to set the plan beside, its first by default; ``reload(**overrides)``: the
     problem of the same files with other settings, for the hints, which only a run given it has;
-    ``built``: the problem's classes and tables, where they are built already)."""
+    ``built``: the problem's classes and tables, where they are built already; ``with_default``: False
+    leaves ``Result.default`` None, for a plan that is not shown). A default that is a search of its
+    own does not depend on the plan, so it is computed beside it (``solver.background``)."""
+    if not with_default:
+        return _planned(p, limits, check, policy, reload, built)
+    engine = engine_of(p)
+    with Pending(lambda: engine.default_split(p, default), engine.default_searches) as pending:
+        result = _planned(p, limits, check, policy, reload, built)
+        result.default = pending.result()
+    return result
+
+
+def _planned(
+    p: Problem,
+    limits: Limits | None,
+    check: bool,
+    policy: Policy,
+    reload: Reload | None,
+    built: Built | None,
+) -> Result:
+    """``plan_rig`` but for the default."""
     t0 = time.perf_counter()
     limits = limits or Limits()
     if limits.started is None:  # the limit bounds the whole run: the tables count
         limits = dataclasses.replace(limits, started=t0)
-    own = p
     engine = engine_of(p)
     rule = engine.orders(p)
     allowed = None if rule is None else [*rule.gpus, *(AnyOrder(gpus) for gpus in rule.free)]
@@ -142,7 +163,6 @@ def plan_rig(
     status = solution.status if solution.found or solution.status == "infeasible" else "unknown"
     result = Result(shown_p, status, shown, baseline, solution, arcs, table_ms, wall_ms, route=chosen)
     result.solved = None if ran is None else (p, plan)
-    result.default = engine.default_split(own, default)
     if status == "infeasible":
         ruled = rule is not None and rule.reason
         result.reason = rule.reason if ruled else explain(p, table, arcs, limits.left(t0), policy)
@@ -157,9 +177,11 @@ def plan_rig(
         result.oracle = _checked(solved, best, limits, allowed, policy)
     if reload is not None:
         own = dataclasses.replace(result, problem=p, plan=plan)  # the problem its table is of
-        result.hints = hints_of(
-            own, table, reload, lambda q, lim: plan_rig(q, lim, policy=policy), limits, policy
-        )
+
+        def replan(q: Problem, lim: Limits) -> Result:
+            return plan_rig(q, lim, policy=policy, with_default=False)
+
+        result.hints = hints_of(own, table, reload, replan, limits, policy)
     return result
 
 

@@ -176,6 +176,7 @@ class LlamaCpp(BytesSpeed):
     miss_rate_key = "host_bandwidth"
     reads_llama_bench = True
     defaults = ("fit", "free-memory")
+    default_searches = True  # --fit's tens of dry runs
     miss_label = "CPU time (experts in host memory)"
     kv_types = tuple(KV_TYPES)
     plans_cpu_layers = True
