@@ -19,6 +19,7 @@ A problem whose engine gives no classes is solved as it is.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -43,6 +44,13 @@ class Solved:
     route: Route
     solution: Solution
     table_ms: float = 0.0
+
+    @functools.cached_property
+    def plan(self) -> Placement | None:
+        """The answer evaluated (None where there is none), once: the choice among classes and the
+        planner both read it."""
+        s = self.solution
+        return evaluate(self.problem, s.gpus, s.cuts) if s.found else None
 
     def key(self) -> tuple:
         """How the plan ranks against another problem's (lower is better; module docstring)."""
@@ -77,8 +85,7 @@ def solve_one(
 
 def _holds_all(s: Solved) -> bool:
     """The problem's plan leaves no unit in host memory."""
-    plan = evaluate(s.problem, s.solution.gpus, s.solution.cuts)
-    return plan.host_bytes == 0
+    return s.plan is not None and s.plan.host_bytes == 0
 
 
 def _runs_held(held: list[Problem], gpus: tuple[int, ...], cuts: tuple[int, ...]) -> bool:

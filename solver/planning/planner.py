@@ -149,7 +149,7 @@ def _planned(
     best, solved = solve_classes(p, limits, policy, allowed, built)
     p, table, arcs, chosen, solution = best.problem, best.table, best.arcs, best.route, best.solution
     table_ms = sum(s.table_ms for s in solved)
-    plan = evaluate(p, solution.gpus, solution.cuts) if solution.found else None
+    plan = best.plan
     if plan is not None and not feasible(p, plan):
         raise AssertionError(f"the solver returned an infeasible plan: {plan.gpus} {plan.cuts}")
     base = solve_proportional(arcs)  # the contract's baseline, for every engine
