@@ -22,7 +22,9 @@ exact algorithms:
 - ``dense_table``: for every start a at once, a DP over layers whose state s is "at most s * G bytes
   held", G the greatest common divisor of all unit sizes; row a after layer b - 1 is the best fill of
   [a, b) for every room. GGUF tensor sizes share large powers of two, so the states
-  are few (hundreds to a few thousand).
+  are few (hundreds to a few thousand). A row depends only on its layers' units, so a start whose
+  first layers repeat an earlier start's (a GGUF's layers come in a few quantisation patterns) takes
+  that start's row for them and is relaxed only from where they stop.
 - ``best_set``: one range, by the same DP over its layers from the last one back, then the
   lexicographic rule front to back; it returns the held units themselves.
 
@@ -369,7 +371,7 @@ class _Repeats:
 def _signatures(units: Units, carried: list[np.ndarray]) -> np.ndarray:
     """One integer per layer, shape (L,), equal for layers whose units (in slot order) have the same
     bytes, value and carried integers."""
-    cols = np.stack([units.size, units.value, *carried], axis=1).astype(np.int64)  # (U, 2 + carried)
+    cols = np.stack([units.size, units.value, *carried], axis=1)  # (U, 2 + carried)
     bounds = np.searchsorted(units.layer, np.arange(units.n_layers + 1)).tolist()
     ids: dict[bytes, int] = {}
     return np.array([ids.setdefault(cols[lo:hi].tobytes(), len(ids)) for lo, hi in pairwise(bounds)])
