@@ -22,7 +22,9 @@ exact algorithms:
 - ``dense_table``: for every start a at once, a DP over layers whose state s is "at most s * G bytes
   held", G the greatest common divisor of all unit sizes; row a after layer b - 1 is the best fill of
   [a, b) for every room. GGUF tensor sizes share large powers of two, so the states
-  are few (hundreds to a few thousand).
+  are few (hundreds to a few thousand). A row depends only on its layers' units, so a start whose
+  first layers repeat an earlier start's (a GGUF's layers come in a few quantisation patterns) takes
+  that start's row for them and is relaxed only from where they stop.
 - ``best_set``: one range, by the same DP over its layers from the last one back, then the
   lexicographic rule front to back; it returns the held units themselves.
 
@@ -239,38 +241,140 @@ def dense_tables(units: Units, carried: list[np.ndarray], rooms: Sequence[np.nda
 
     The DP keeps only each state's key and bytes, and for every layer which pattern last improved each
     (start, state) (``trace``); the carried sums of the cells the rooms read are summed afterwards along
-    those choices (``_carried``), rather than carried through every state of every layer."""
+    those choices (``_carried``), rather than carried through every state of every layer. A start whose
+    first layers repeat an earlier start's is relaxed only from where they stop (``_Repeats``), and
+    layers alike share their patterns (the DP reads only their bytes and keys)."""
     n = units.n_layers
     grain = int(np.gcd.reduce(units.size)) if len(units.size) else 1
     cap = min(max(int(r.max(initial=0)) for r in rooms), int(units.size.sum()))
     states = max(cap, 0) // grain + 1
-    outs = [
-        Fills(
+    rep = _Repeats.of(units, carried)
+    every = np.concatenate(rooms)  # (sum of G, L+1, L+1)
+    room = every[:, rep.cell_a, rep.cell_b]  # (sum of G, C): the cells a < b in the order they are read
+    state = np.minimum(np.maximum(room, 0) // grain, states - 1)
+    key, size = np.zeros(room.shape, dtype=np.int64), np.zeros(room.shape, dtype=np.int64)
+    dp = _states(units, rep.relaxed, states)
+    trace = _Trace(n, states, _most_patterns(units), len(carried))
+    per_unit = [c.tolist() for c in carried]
+    made: dict[int, tuple[list[Pattern], list[tuple[int, ...]]]] = {}
+    for layer in range(n):
+        if rep.kind[layer] not in made:
+            fit = [p for p in patterns(units, layer) if p.held and p.size // grain < states]
+            pats, sums = zip(*_distinct(fit, per_unit)) if fit else ((), ())
+            made[rep.kind[layer]] = list(pats), list(sums)
+        pats, sums = made[rep.kind[layer]]
+        rows = slice(0, rep.live[layer])
+        dp.relax(rows, pats, trace.chose[layer, rows], grain)
+        trace.add(layer, pats, sums, grain)
+        lo, hi = rep.read[layer], rep.read[layer + 1]
+        key[:, lo:hi], size[:, lo:hi] = dp.at(rep.cell_row[lo:hi], state[:, lo:hi])
+        to, of = rep.snapshots[layer]
+        if len(to):
+            dp.copy(to, of)
+    rep.copy_choices(trace.chose)
+    ok = room >= 0
+    key, size = np.where(ok, key, 0), np.where(ok, size * grain, 0)
+    outs = []
+    first = np.cumsum([0, *(len(r) for r in rooms)])
+    for r, lo, hi in zip(rooms, first[:-1], first[1:]):
+        out = Fills(
             np.zeros(r.shape, dtype=np.int64),
             np.zeros(r.shape, dtype=np.int64),
             [np.zeros(r.shape, dtype=np.int64) for _ in carried],
         )
-        for r in rooms
-    ]
-    dp = _states(units, n, states)
-    trace = _Trace(n, states, _most_patterns(units), len(carried))
-    per_unit = [c.tolist() for c in carried]
-    for layer in range(n):
-        rows = slice(0, layer + 1)  # starts a <= layer; row ``layer`` starts empty
-        fit = [p for p in patterns(units, layer) if p.held and p.size // grain < states]
-        pats, sums = zip(*_distinct(fit, per_unit)) if fit else ((), ())
-        dp.relax(rows, list(pats), trace.chose[layer, rows], grain)
-        trace.add(layer, list(pats), list(sums), grain)
-        for out, r in zip(outs, rooms):
-            room = r[:, : layer + 1, layer + 1]  # (G, a)
-            ok = room >= 0
-            state = np.minimum(np.maximum(room, 0) // grain, states - 1)
-            starts = np.broadcast_to(np.arange(layer + 1), room.shape)
-            key, size = dp.at(starts, state)
-            out.key[:, : layer + 1, layer + 1] = np.where(ok, key, 0)
-            out.size[:, : layer + 1, layer + 1] = np.where(ok, size * grain, 0)
+        out.key[:, rep.cell_a, rep.cell_b] = key[lo:hi]
+        out.size[:, rep.cell_a, rep.cell_b] = size[lo:hi]
+        outs.append(out)
     _carried(outs, rooms, trace, carried, units.size, grain, states)
     return outs
+
+
+@dataclass(frozen=True)
+class _Repeats:
+    """Which starts' DP rows repeat an earlier start's, and the schedule that relaxes each row once.
+
+    The DP row of start a after layer b - 1 depends only on the signatures of layers a..b-1 (``kind``,
+    shape (L,): each unit's bytes, value and carried integers in slot order, all that the layer's
+    distinct patterns are made of), so where layers a..a+e-1 read as an earlier start's a'..a'+e-1,
+    row a's first e layers are row a''s. ``skip[a]`` is the longest such e over a' < a and
+    ``source[a]`` the least a' of it; row a is relaxed from layer a + skip[a] on, from a copy of the row
+    that relaxed its first skip[a] layers (``snapshots[layer]``: (to, of) rows copied after that layer),
+    and its cells of ranges up to skip[a] layers are read, each at its own state, from the row that
+    relaxes that length, when it does. Start a + 1 repeats a' + 1 for at least skip[a] - 1 layers, so
+    a + skip[a] never decreases with a: the rows a layer relaxes are the first ``live[layer]``, and only
+    the first ``relaxed`` rows ever are.
+
+    Cells (a, b), a < b: ``cell_a``, ``cell_b`` and the row each is read from, ``cell_row`` (shape (C,)
+    each), sorted by the layer they are read after (cells ``read[layer]:read[layer + 1]``)."""
+
+    kind: list[int]
+    skip: np.ndarray
+    source: np.ndarray
+    live: list[int]
+    relaxed: int
+    cell_a: np.ndarray
+    cell_b: np.ndarray
+    cell_row: np.ndarray
+    read: list[int]
+    snapshots: list[tuple[np.ndarray, np.ndarray]]
+
+    @classmethod
+    def of(cls, units: Units, carried: list[np.ndarray]) -> _Repeats:
+        n = units.n_layers
+        kind = _signatures(units, carried)
+        same = kind[:, None] == kind[None, :]
+        run = np.zeros((n + 1, n + 1), dtype=np.int64)  # run[a', a]: how many layers from a', a agree
+        for i in range(n - 1, -1, -1):
+            run[i, :n] = np.where(same[i], run[i + 1, 1:] + 1, 0)
+        earlier = np.where(np.tri(n, k=-1, dtype=bool).T, run[:n, :n], -1)  # a' < a only
+        source = np.argmax(earlier, axis=0) if n else np.zeros(0, dtype=np.int64)
+        skip = np.maximum(earlier.max(axis=0, initial=0), 0)
+        by = np.zeros((n, n + 1), dtype=np.int64)  # by[a, t]: the row that relaxes a's first t layers
+        for a in range(n):
+            e = int(skip[a])
+            by[a, 1 : e + 1] = by[source[a], 1 : e + 1]
+            by[a, e + 1 :] = a
+        starts = np.arange(n) + skip  # the layer each row is first relaxed at; n: never
+        live = np.searchsorted(starts, np.arange(n), side="right").tolist()
+        cell_a, cell_b = np.triu_indices(n + 1, k=1)
+        row = by[cell_a, cell_b - cell_a]
+        when = row + (cell_b - cell_a) - 1
+        ordered = np.argsort(when, kind="stable")
+        read = np.searchsorted(when[ordered], np.arange(n + 1)).tolist()
+        copied = np.flatnonzero((skip > 0) & (starts < n))
+        of = by[copied, skip[copied]]
+        at = of + skip[copied] - 1
+        snapshots = [(copied[at == layer], of[at == layer]) for layer in range(n)]
+        relaxed = int(np.count_nonzero(starts < n))
+        return cls(
+            kind.tolist(),
+            skip,
+            source,
+            live,
+            relaxed,
+            cell_a[ordered],
+            cell_b[ordered],
+            row[ordered],
+            read,
+            snapshots,
+        )
+
+    def copy_choices(self, chose: np.ndarray) -> None:
+        """``chose[a + t, a] = chose[a' + t, a']`` for the t < skip[a] layers each row took from its
+        source a' (in increasing a, so a source's own copied layers are there first): the choices of
+        every start read as if its row had been relaxed over every layer."""
+        for a in np.flatnonzero(self.skip).tolist():
+            e, s = int(self.skip[a]), int(self.source[a])
+            chose[a : a + e, a] = chose[s : s + e, s]
+
+
+def _signatures(units: Units, carried: list[np.ndarray]) -> np.ndarray:
+    """One integer per layer, shape (L,), equal for layers whose units (in slot order) have the same
+    bytes, value and carried integers."""
+    cols = np.stack([units.size, units.value, *carried], axis=1)  # (U, 2 + carried)
+    bounds = np.searchsorted(units.layer, np.arange(units.n_layers + 1)).tolist()
+    ids: dict[bytes, int] = {}
+    return np.array([ids.setdefault(cols[lo:hi].tobytes(), len(ids)) for lo, hi in pairwise(bounds)])
 
 
 def _relax(
@@ -337,6 +441,10 @@ class _PairStates:
         """The key and bytes (in grains, int64) of the states ``state`` of rows ``starts``."""
         return self.key[starts, state], self.size[starts, state].astype(np.int64)
 
+    def copy(self, to: np.ndarray, of: np.ndarray) -> None:
+        """Rows ``to`` take rows ``of``'s states."""
+        self.key[to], self.size[to] = self.key[of], self.size[of]
+
 
 class _PackedStates:
     """The fill DP's states as ``_PairStates`` holds them, packed in one integer each with the pattern
@@ -356,6 +464,10 @@ class _PackedStates:
         """The key and bytes (in grains) of the states ``state`` of rows ``starts``."""
         got = self.packed[starts, state] >> self.pid_bits
         return got >> self.bits, self.most - (got & self.most)
+
+    def copy(self, to: np.ndarray, of: np.ndarray) -> None:
+        """Rows ``to`` take rows ``of``'s states."""
+        self.packed[to] = self.packed[of]
 
 
 def _relax_packed(
