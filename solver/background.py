@@ -16,6 +16,7 @@ safe (only Linux forks here), the process may use one CPU only, or ``MOESPLIT_JO
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import pickle
 import signal
@@ -116,6 +117,7 @@ def _fork(fn: Callable[[], T]) -> tuple[int, int]:
 def _child(fn: Callable[[], T], read: int, write: int) -> None:
     """The child's whole life: compute, send, leave."""
     try:
+        gc.freeze()
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
         os.close(read)
