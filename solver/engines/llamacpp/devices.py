@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import re
 from dataclasses import dataclass
 
@@ -26,6 +27,7 @@ from solver.engines.llamacpp.args import LlamaArgs
 from solver.engines.llamacpp.fields import LlamaFields
 from solver.engines.llamacpp.flags import FFN_EXPS_REGEX, MAX_BLOCKS
 from solver.engines.llamacpp.layout import slot_devices
+from solver.engines.llamacpp.otrules import finds
 from solver.engines.llamacpp.tensors import Costs, base_tensor
 from solver.errors import ArgsError
 from solver.problem.problem import Problem
@@ -173,7 +175,8 @@ def layer_devices(p: Problem, args: LlamaArgs, dev: Devices) -> tuple[list[int],
 def _dense_hit(pattern: str, n_blocks: int) -> str | None:
     """The first dense tensor of blocks 0..n_blocks-1 an -ot rule's pattern finds, if any (cached: fit's
     dry runs and a score repeat the same rules)."""
-    return next(filter(re.compile(pattern).search, _dense_names(n_blocks)), None)
+    names = _dense_names(n_blocks)
+    return next(itertools.compress(names, finds(pattern, names)), None)
 
 
 @functools.cache
@@ -186,8 +189,7 @@ def _dense_names(n_blocks: int) -> tuple[str, ...]:
 def _found(pattern: str, names: tuple[str, ...]) -> tuple[str, ...]:
     """The names an -ot rule's pattern finds (cached: fit's dry runs search the same rules over the same
     tensors)."""
-    regex = re.compile(pattern)
-    return tuple(name for name in names if regex.search(name))
+    return tuple(itertools.compress(names, finds(pattern, names)))
 
 
 def _mains(names: tuple[str, ...]) -> list[str]:
@@ -247,13 +249,13 @@ def placed_bytes(
     blocks = {pattern: _moe_block(pattern) for pattern, _ in args.overrides}
     # -ncmoe rules past the last block match nothing, so are not searched.
     given = [(pattern, buft) for pattern, buft in args.overrides if (blocks[pattern] or 0) < n_blocks]
-    rules = [(re.compile(pattern), buft, f"{pattern}={buft}") for pattern, buft in given]
-    targets = [dev.of_buffer(buft, shown) for _, buft, shown in rules]
+    rules = [(pattern, f"{pattern}={buft}") for pattern, buft in given]
+    targets = [dev.of_buffer(buft, f"{pattern}={buft}") for pattern, buft in given]
     notes = []
-    for regex, _, shown in rules:
-        if blocks[regex.pattern] is not None:
+    for pattern, shown in rules:
+        if blocks[pattern] is not None:
             continue
-        hit = _dense_hit(regex.pattern, n_blocks)
+        hit = _dense_hit(pattern, n_blocks)
         if hit:
             notes.append(
                 f"-ot {shown} also matches {hit} and other tensors that are not routed experts; "
@@ -264,8 +266,8 @@ def placed_bytes(
     tensors = _unit_tensors(names, tuple(c.order.tolist()), tuple(c.layer.tolist()))
     full = tuple(dict.fromkeys(x for unit in tensors for main, comp in unit.mains for x in (main, *comp)))
     first: dict[str, int] = {}
-    for (regex, _, _), target in zip(rules, targets):
-        for name in _found(regex.pattern, full):
+    for (pattern, _), target in zip(rules, targets):
+        for name in _found(pattern, full):
             first.setdefault(name, target)
 
     k = p.n_gpus

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-import re
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -54,6 +53,7 @@ from solver.engines.llamacpp.fit import (
     UserParams,
     fit,
 )
+from solver.engines.llamacpp.otrules import finds
 from solver.engines.llamacpp.score import run_problem, score
 from solver.engines.llamacpp.tensors import Costs
 from solver.problem.baselines import Baseline
@@ -163,7 +163,7 @@ class ExactOracle:
         """The FFN tensors an ``-ot`` pattern selects (``std::regex_search``), matched once: fit's dry
         runs repeat their patterns over many placements."""
         if pattern not in self._matched:
-            found = map(re.compile(pattern).search, (name for _, name in self._ffn_names))
+            found = finds(pattern, [name for _, name in self._ffn_names])
             self._matched[pattern] = tuple(itertools.compress((key for key, _ in self._ffn_names), found))
         return self._matched[pattern]
 

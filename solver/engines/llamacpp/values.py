@@ -4,15 +4,13 @@ llama-bench's value lists; ArgsError (one line) for a value llama.cpp would refu
 
 from __future__ import annotations
 
-import functools
-import importlib
 import math
 import re
-from typing import Any
 
 import numpy as np
 
 from solver.engines.llamacpp.flags import LLAMA_MAX_DEVICES
+from solver.engines.llamacpp.otrules import pattern_fault
 from solver.errors import ArgsError
 
 
@@ -60,39 +58,6 @@ def split_ratios(flag: str, text: str, separators: str) -> tuple[float, ...]:
     return shares
 
 
-#: Python's regular expression parser (``re._parser`` since 3.11, ``sre_parse`` before).
-_PARSER: Any = getattr(re, "_parser", None) or importlib.import_module("sre_parse")
-_REPEATS = {"MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT"}
-#: Longest ``-ot`` pattern taken: a user's regular expression is untrusted input, matched against
-#: every tensor name, and no real rule is near this long.
-MAX_PATTERN = 4096
-
-
-def _children(name: str, av: Any) -> list:
-    """The sub-patterns of one parsed item: a group's, each branch's, an assertion's."""
-    if name == "SUBPATTERN":
-        return [av[-1]]
-    if name == "BRANCH":
-        return list(av[1])
-    if name in ("ASSERT", "ASSERT_NOT"):
-        return [av[1]]
-    return [av] if name == "ATOMIC_GROUP" else []
-
-
-def _nested_repeat(parsed: Any, inside: bool = False) -> bool:
-    """Whether a parsed pattern repeats (more than once) something that itself repeats: the shape of
-    patterns like ``(.*)*z`` whose backtracking takes exponential time on a name that does not match."""
-    for op, av in parsed:
-        name = str(op)
-        if name in _REPEATS:
-            many = av[1] is _PARSER.MAXREPEAT or av[1] > 1
-            if (many and inside) or _nested_repeat(av[2], inside or many):
-                return True
-        if any(_nested_repeat(sub, inside) for sub in _children(name, av)):
-            return True
-    return False
-
-
 def override_rules(flag: str, text: str, separator: str) -> list[tuple[str, str]]:
     """``-ot``: ``PATTERN=BUFT`` rules between ``separator``s, each split at its first ``=``."""
     rules = []
@@ -102,7 +67,7 @@ def override_rules(flag: str, text: str, separator: str) -> list[tuple[str, str]
         pattern, eq, buft = rule.partition("=")
         if not eq:
             raise ArgsError(f"{flag} {text}: rule {rule!r} has no '=BUFFER_TYPE' (e.g. 'exps=CPU')")
-        bad, why = _pattern_fault(pattern)
+        bad, why = pattern_fault(pattern)
         if bad:
             raise ArgsError(f"{flag} {text}: {pattern!r} is not a regular expression ({why})")
         if why:
@@ -112,20 +77,6 @@ def override_rules(flag: str, text: str, separator: str) -> list[tuple[str, str]
             )
         rules.append((pattern, buft))
     return rules
-
-
-@functools.lru_cache(maxsize=4096)
-def _pattern_fault(pattern: str) -> tuple[bool, str]:
-    """What is wrong with an ``-ot`` pattern: (True, the parser's error) for no regular expression,
-    (False, why) for one that can take exponential time, (False, "") for none (kept: fit's dry runs
-    repeat their rules)."""
-    try:
-        nested = _nested_repeat(_PARSER.parse(pattern))
-    except (re.error, RecursionError, OverflowError) as exc:
-        return True, str(exc)
-    if nested or len(pattern) > MAX_PATTERN:
-        return False, "repeats a repeat" if nested else f"is longer than {MAX_PATTERN:,} characters"
-    return False, ""
 
 
 def device_names(flag: str, text: str, separator: str) -> tuple[str, ...]:
