@@ -51,8 +51,33 @@ def every_start_over_every_layer(
             key, size = dp.at(starts, state)
             out.key[:, : layer + 1, layer + 1] = np.where(ok, key, 0)
             out.size[:, : layer + 1, layer + 1] = np.where(ok, size * grain, 0)
-    fill._carried(outs, rooms, trace, carried, units.size, grain, states)
+    walk_every_cell(outs, rooms, trace, carried, grain, states)
     return outs
+
+
+def walk_every_cell(
+    outs: list[Fills],
+    rooms: Sequence[np.ndarray],
+    trace: fill._Trace,
+    carried: list[np.ndarray],
+    grain: int,
+    states: int,
+) -> None:
+    """The carried sums of every cell (g, a, b), a < b, whose room is not negative, each walked on its
+    own from its room's state after layer b - 1 back to layer a along start a's choices: each layer's
+    chosen pattern adds its sums and gives back its grains."""
+    for out, r in zip(outs, rooms):
+        g, a, b = np.nonzero((r >= 0) & np.triu(np.ones(r.shape[1:], dtype=bool), k=1))
+        state = np.minimum(r[g, a, b] // grain, states - 1)
+        total = np.zeros((len(g), len(carried)), dtype=np.int64)
+        for step in range(int((b - a).max(initial=0))):
+            on = b - a > step
+            layer = b[on] - 1 - step
+            pid = trace.chose[layer, a[on], state[on]].astype(np.int64)
+            total[on] += trace.sums[layer, pid]
+            state[on] -= trace.shift[layer, pid]
+        for i in range(len(carried)):
+            out.sums[i][g, a, b] = total[:, i]
 
 
 def _kinds(rng: np.random.Generator, n: int, shape: str) -> list[int]:
