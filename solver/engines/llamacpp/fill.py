@@ -308,7 +308,9 @@ class _Repeats:
     the first ``relaxed`` rows ever are.
 
     Cells (a, b), a < b: ``cell_a``, ``cell_b`` and the row each is read from, ``cell_row`` (shape (C,)
-    each), sorted by the layer they are read after (cells ``read[layer]:read[layer + 1]``)."""
+    each), sorted by the layer they are read after (cells ``read[layer]:read[layer + 1]``). A cell's
+    row is the first start whose layers read as the cell's: a's own past skip[a] layers (an earlier
+    one would make skip[a] longer), else its source's, so cells of equal layers read one row."""
 
     kind: list[int]
     skip: np.ndarray
