@@ -51,8 +51,33 @@ def every_start_over_every_layer(
             key, size = dp.at(starts, state)
             out.key[:, : layer + 1, layer + 1] = np.where(ok, key, 0)
             out.size[:, : layer + 1, layer + 1] = np.where(ok, size * grain, 0)
-    fill._carried(outs, rooms, trace, carried, units.size, grain, states)
+    walk_every_cell(outs, rooms, trace, carried, grain, states)
     return outs
+
+
+def walk_every_cell(
+    outs: list[Fills],
+    rooms: Sequence[np.ndarray],
+    trace: fill._Trace,
+    carried: list[np.ndarray],
+    grain: int,
+    states: int,
+) -> None:
+    """The carried sums of every cell (g, a, b), a < b, whose room is not negative, each walked on its
+    own from its room's state after layer b - 1 back to layer a along start a's choices: each layer's
+    chosen pattern adds its sums and gives back its grains."""
+    for out, r in zip(outs, rooms):
+        g, a, b = np.nonzero((r >= 0) & np.triu(np.ones(r.shape[1:], dtype=bool), k=1))
+        state = np.minimum(r[g, a, b] // grain, states - 1)
+        total = np.zeros((len(g), len(carried)), dtype=np.int64)
+        for step in range(int((b - a).max(initial=0))):
+            on = b - a > step
+            layer = b[on] - 1 - step
+            pid = trace.chose[layer, a[on], state[on]].astype(np.int64)
+            total[on] += trace.sums[layer, pid]
+            state[on] -= trace.shift[layer, pid]
+        for i in range(len(carried)):
+            out.sums[i][g, a, b] = total[:, i]
 
 
 def _kinds(rng: np.random.Generator, n: int, shape: str) -> list[int]:
@@ -159,3 +184,30 @@ def test_repeated_starts_share_their_rows():
     distinct = Units(layer, units.slot, size, value + layer, sigma, n)
     rep = fill._Repeats.of(distinct, [size])
     assert rep.live == list(range(1, n + 1)) and not rep.skip.any() and rep.relaxed == n
+
+
+def test_cells_sharing_a_walk_across_room_arrays():
+    """Room arrays and GPUs that read one cell at one state (a GPU's copy, an array of the first one
+    alone, one clipped below its largest rooms), cells of repeated starts that read one row, and
+    negative rooms among them: the carried sums are the reference's, bit for bit, and zero where the
+    room is negative even though a unit of no bytes fills a room of none."""
+    n = 12
+    kinds = _kinds(np.random.default_rng(0), n, "q4_k_m")
+    layer = np.repeat(np.arange(n), 3)
+    size = np.array([[0, 4, 8 if k else 4] for k in kinds]).ravel()
+    value, sigma = fill.pack(np.array([[2, 5, 9 if k else 5] for k in kinds]).ravel(), 3, n)
+    units = Units(layer, np.tile(np.arange(3), n), size, value, sigma, n)
+    carried = [np.tile([1, 2, 3], n), size.copy()]
+    first = np.random.default_rng(1).integers(-8, 40, (2, n + 1, n + 1))
+    first[1] = first[0]
+    rooms = [first, first[:1].copy(), np.minimum(first, 20)]
+    assert fill._Repeats.of(units, carried).skip.any()
+    want = every_start_over_every_layer(units, carried, rooms)
+    got = dense_tables(units, carried, rooms)
+    for w, g in zip(want, got, strict=True):
+        assert np.array_equal(w.key, g.key)
+        assert np.array_equal(w.size, g.size)
+        for a, b in zip(w.sums, g.sums, strict=True):
+            assert np.array_equal(a, b)
+    none = dense_tables(units, carried, [np.zeros((1, n + 1, n + 1), dtype=np.int64)])[0]
+    assert none.sums[0][0, 0, n] == n  # a room of no bytes holds each layer's unit of none

@@ -273,6 +273,8 @@ def dense_tables(units: Units, carried: list[np.ndarray], rooms: Sequence[np.nda
             dp.copy(to, of)
     rep.copy_choices(trace.chose)
     ok = room >= 0
+    summed = [i for i, c in enumerate(carried) if not np.array_equal(c, units.size)]
+    sums = dict(zip(summed, _carried(trace, summed, rep.cell_row, rep.cell_b - rep.cell_a, state, ok)))
     key, size = np.where(ok, key, 0), np.where(ok, size * grain, 0)
     outs = []
     first = np.cumsum([0, *(len(r) for r in rooms)])
@@ -284,8 +286,9 @@ def dense_tables(units: Units, carried: list[np.ndarray], rooms: Sequence[np.nda
         )
         out.key[:, rep.cell_a, rep.cell_b] = key[lo:hi]
         out.size[:, rep.cell_a, rep.cell_b] = size[lo:hi]
+        for i, got in enumerate(out.sums):  # a carried array of the units' own sizes: the bytes held
+            got[:, rep.cell_a, rep.cell_b] = sums[i][lo:hi] if i in sums else size[lo:hi]
         outs.append(out)
-    _carried(outs, rooms, trace, carried, units.size, grain, states)
     return outs
 
 
@@ -305,7 +308,9 @@ class _Repeats:
     the first ``relaxed`` rows ever are.
 
     Cells (a, b), a < b: ``cell_a``, ``cell_b`` and the row each is read from, ``cell_row`` (shape (C,)
-    each), sorted by the layer they are read after (cells ``read[layer]:read[layer + 1]``)."""
+    each), sorted by the layer they are read after (cells ``read[layer]:read[layer + 1]``). A cell's
+    row is the first start whose layers read as the cell's: a's own past skip[a] layers (an earlier
+    one would make skip[a] longer), else its source's, so cells of equal layers read one row."""
 
     kind: list[int]
     skip: np.ndarray
@@ -528,43 +533,38 @@ class _Trace:
 
 
 def _carried(
-    outs: list[Fills],
-    rooms: Sequence[np.ndarray],
-    trace: _Trace,
-    carried: list[np.ndarray],
-    size: np.ndarray,
-    grain: int,
-    states: int,
-) -> None:
-    """The carried sums of every cell (g, a, b) of each room array whose room is not negative: from its
-    room's state after layer b - 1 back to layer a, each layer's chosen pattern adds its sums and gives
-    back its grains. The cells step back together, longest range first, so the cells still walking
-    are a prefix. A carried array that is the units' own sizes is the bytes held, already known."""
-    found = [np.nonzero(r >= 0) for r in rooms]
-    which = np.concatenate([np.full(len(f[0]), i) for i, f in enumerate(found)])
-    g, a, b = (np.concatenate([f[k] for f in found]) for k in range(3))
-    room = np.concatenate([r[f] for r, f in zip(rooms, found)])
-    order = np.argsort(a - b, kind="stable")
-    order = order[b[order] > a[order]]
-    which, g, a, b, room = which[order], g[order], a[order], b[order], room[order]
-    state = np.minimum(room // grain, states - 1)
-    total = np.zeros((len(g), len(carried)), dtype=np.int64)
-    shorter = a - b  # ascending: minus each range's length
-    for step in range(len(trace.chose)):
-        k = int(np.searchsorted(shorter, -step, side="left"))  # the cells whose range is longer
+    trace: _Trace, summed: list[int], row: np.ndarray, length: np.ndarray, state: np.ndarray, ok: np.ndarray
+) -> np.ndarray:
+    """The sums of the carried arrays ``summed`` over the fills of the cells ``ok`` (shape (R, C): room
+    arrays' GPUs by cells of rows ``row`` and ranges of ``length``, shape (C,) each, at ``state``),
+    shape (len(summed), R, C), zeros where not ``ok``.
+
+    A cell's fill is walked from its state after its last layer back to its first, each layer's
+    chosen pattern adding its sums and giving back its grains. Cells of one row, length and state
+    walk alike: a row's choices depend only on its layers' signatures, and so do each layer's
+    patterns (``_distinct`` of the first layer of its signature), so a cell read from row r walks row
+    r's first layers as its own; each such walk is taken once. The walks step back together, longest
+    first, so that those still walking are a prefix; each step reads a walk's pattern and then its
+    sums and grains (``table``, shape (L * P, len(summed) + 1): the grains last) at flat indices, the
+    grains given back so far summed alongside."""
+    n, _, states = trace.chose.shape
+    code = ((n - length) * n + row) * states + state  # longest first, then by row and state
+    walks, each = np.unique(np.where(ok, code, n * n * states), return_inverse=True)  # not ok: no walk
+    left, row, state = n - walks // (n * states), walks // states % n, walks % states
+    most = trace.shift.shape[1]
+    table = np.concatenate([trace.sums[:, :, summed], trace.shift[:, :, None]], axis=2).reshape(n * most, -1)
+    last = row + left - 1
+    at_last = (last * n + row) * states + state  # into trace.chose, flat
+    total = np.zeros((len(walks), len(summed) + 1), dtype=np.int64)
+    chose = trace.chose.ravel()
+    walking = np.searchsorted(-left, -np.arange(n), side="left").tolist()  # the walks longer than step
+    for step, k in enumerate(walking):
         if not k:
             break
-        layer = b[:k] - 1 - step
-        pid = trace.chose[layer, a[:k], state[:k]].astype(np.int64)
-        total[:k] += trace.sums[layer, pid]
-        state[:k] -= trace.shift[layer, pid]
-    for w, out in enumerate(outs):
-        mine = which == w
-        for i, c in enumerate(carried):
-            if np.array_equal(c, size):
-                out.sums[i][...] = out.size
-            else:
-                out.sums[i][g[mine], a[mine], b[mine]] = total[mine, i]
+        at = at_last[:k] - total[:k, -1]
+        at -= step * n * states
+        total[:k] += table.take(chose.take(at) + (last[:k] - step) * most, axis=0)
+    return total[:, :-1].T.take(each, axis=1).reshape(len(summed), *ok.shape)
 
 
 def uniform_table(units: Units, carried: list[np.ndarray], rooms: np.ndarray) -> Fills | None:
