@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import itertools
 import re
 from dataclasses import dataclass
 
@@ -27,7 +26,7 @@ from solver.engines.llamacpp.args import LlamaArgs
 from solver.engines.llamacpp.fields import LlamaFields
 from solver.engines.llamacpp.flags import FFN_EXPS_REGEX, MAX_BLOCKS
 from solver.engines.llamacpp.layout import slot_devices
-from solver.engines.llamacpp.otrules import finds
+from solver.engines.llamacpp.otrules import found
 from solver.engines.llamacpp.tensors import Costs, base_tensor
 from solver.errors import ArgsError
 from solver.problem.problem import Problem
@@ -176,7 +175,7 @@ def _dense_hit(pattern: str, n_blocks: int) -> str | None:
     """The first dense tensor of blocks 0..n_blocks-1 an -ot rule's pattern finds, if any (cached: fit's
     dry runs and a score repeat the same rules)."""
     names = _dense_names(n_blocks)
-    return next(itertools.compress(names, finds(pattern, names)), None)
+    return next((names[i] for i in found(pattern, names)), None)
 
 
 @functools.cache
@@ -189,7 +188,7 @@ def _dense_names(n_blocks: int) -> tuple[str, ...]:
 def _found(pattern: str, names: tuple[str, ...]) -> tuple[str, ...]:
     """The names an -ot rule's pattern finds (cached: fit's dry runs search the same rules over the same
     tensors)."""
-    return tuple(itertools.compress(names, finds(pattern, names)))
+    return tuple(names[i] for i in found(pattern, names))
 
 
 def _mains(names: tuple[str, ...]) -> list[str]:

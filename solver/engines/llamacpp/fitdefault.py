@@ -28,7 +28,6 @@ reporting the host's memory free, a card emulated by its margin).
 from __future__ import annotations
 
 import functools
-import itertools
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -53,7 +52,7 @@ from solver.engines.llamacpp.fit import (
     UserParams,
     fit,
 )
-from solver.engines.llamacpp.otrules import finds
+from solver.engines.llamacpp.otrules import found
 from solver.engines.llamacpp.score import run_problem, score
 from solver.engines.llamacpp.tensors import Costs
 from solver.problem.baselines import Baseline
@@ -163,8 +162,8 @@ class ExactOracle:
         """The FFN tensors an ``-ot`` pattern selects (``std::regex_search``), matched once: fit's dry
         runs repeat their patterns over many placements."""
         if pattern not in self._matched:
-            found = finds(pattern, [name for _, name in self._ffn_names])
-            self._matched[pattern] = tuple(itertools.compress((key for key, _ in self._ffn_names), found))
+            names = tuple(name for _, name in self._ffn_names)  # the same tuple each time: kept by otrules
+            self._matched[pattern] = tuple(self._ffn_names[i][0] for i in found(pattern, names))
         return self._matched[pattern]
 
     def __call__(self, run: DryRun) -> Measurement:

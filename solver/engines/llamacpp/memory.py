@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING
 
 from solver.engines.llamacpp import ggmlalloc
 from solver.engines.llamacpp.ggmlalloc import Graph, Tensor, row_size
-from solver.engines.llamacpp.otrules import finds
+from solver.engines.llamacpp.otrules import found
 from solver.errors import InputError
 from solver.units import per_layer
 
@@ -375,7 +375,7 @@ def _matching(g: Geometry, pattern: str) -> tuple[str, ...]:
     """The weights an ``-ot`` pattern selects (``std::regex_search``); a --fit run repeats its patterns
     over tens of placements, so each is matched once."""
     names = _weight_names(g)
-    return tuple(itertools.compress(names, finds(pattern, names)))
+    return tuple(names[i] for i in found(pattern, names))
 
 
 @functools.lru_cache(maxsize=8)

@@ -9,8 +9,9 @@ its brackets and groups) is the literal ``blk.N.`` followed by R. So it finds a 
 only at its start exactly where the name starts with ``blk.N.`` (the block number digit for digit) and
 R matches right after, in place (``Pattern.match`` at that position: anchors and word boundaries see
 the whole name, as in the whole pattern): a match must start at the one ``blk``. R is parsed, checked
-and compiled once for every N, and each name is one prefix test and one match; a name that holds
-``blk`` elsewhere is searched with the whole pattern, and every other pattern is searched as it is.
+and compiled once for every N, the names are put by block once, and a rule matches R against its own
+block's names alone; a name that holds ``blk`` elsewhere is searched with the whole pattern, and every
+other pattern is searched as it is.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from __future__ import annotations
 import functools
 import importlib
 import re
-from collections.abc import Iterable
 from typing import Any
 
 #: Python's regular expression parser (``re._parser`` since 3.11, ``sre_parse`` before).
@@ -123,19 +123,33 @@ def _bar_on_top(text: str) -> bool:
     return False
 
 
-def finds(pattern: str, names: Iterable[str]) -> list[bool]:
-    """Whether ``re.search(pattern, name)`` finds something, for each name."""
+def found(pattern: str, names: tuple[str, ...]) -> tuple[int, ...]:
+    """The positions of the names in which ``re.search(pattern, name)`` finds something, in order."""
     rule = block_rule(pattern)
     if rule is None:
         search = re.compile(pattern).search
-        return [search(name) is not None for name in names]
-    prefix = f"blk.{rule[0]}."
-    at = len(prefix)
-    rest = _plain_rest(rule[1]).match  # type: ignore[union-attr]
-    out = []
-    for name in names:
-        if name.startswith("blk") and name.find("blk", 1) < 0:
-            out.append(name.startswith(prefix) and rest(name, at) is not None)
-        else:
-            out.append("blk" in name and re.search(pattern, name) is not None)
-    return out
+        return tuple(i for i, name in enumerate(names) if search(name))
+    block, rest = rule
+    by_block, others = _by_block(names)
+    at, match = len(block) + 5, _plain_rest(rest).match  # type: ignore[union-attr]
+    hits = [i for i in by_block.get(block, ()) if match(names[i], at)]
+    if others:
+        search = re.compile(pattern).search
+        hits = sorted([*hits, *(i for i in others if search(names[i]))])
+    return tuple(hits)
+
+
+@functools.lru_cache(maxsize=16)
+def _by_block(names: tuple[str, ...]) -> tuple[dict[str, list[int]], list[int]]:
+    """The positions of the names ``blk.N.<rest>`` whose rest holds no ``blk``, by N as written, and
+    of the other names that hold ``blk`` (a block's rule can find no name that holds none)."""
+    by_block: dict[str, list[int]] = {}
+    others = []
+    for i, name in enumerate(names):
+        dot = name.find(".", 4)
+        if name.startswith("blk.") and name.find("blk", 1) < 0:
+            if dot > 4:
+                by_block.setdefault(name[4:dot], []).append(i)
+        elif "blk" in name:
+            others.append(i)
+    return by_block, others
