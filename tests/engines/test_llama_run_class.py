@@ -12,7 +12,7 @@ import yaml
 
 from solver.cli.score import command_words, plan_export
 from solver.engines import engine_of
-from solver.engines.llamacpp import memory
+from solver.engines.llamacpp import memory, runclass
 from solver.engines.llamacpp.args import parse_llama_args
 from solver.engines.llamacpp.commandmemory import as_run, command_flags, command_placement, kept_fill
 from solver.engines.llamacpp.devices import devices_of, layer_devices
@@ -170,3 +170,36 @@ def test_a_plan_shown_as_it_runs_counts_the_hosts_buffer_of_its_command(tmp_path
     placement = command_placement(pm.geometry, args, dev, layers, output)
     est = memory.estimate(pm.geometry, placement, command_flags(p, args), pm.offload_min_batch, pm.stored)
     assert r.problem.host_reserve == est.host.compute != r.solved[0].host_reserve
+
+
+@pytest.mark.parametrize("rig", ["qwen3-30b-3060x2", "two-hosts", "gpt-oss-4090-3090-3060"])
+def test_a_plan_on_one_device_alone_is_counted_only_where_one_may_run(rig: str) -> None:
+    """A rig of several GPUs without idle ones never runs a plan on one device alone, so its ``only``
+    figures (seven op-offload placements) are not simulated; every class counts what it counts with
+    them, and a rig that may leave GPUs idle counts them."""
+    p = load_problem(ROOT / "rigs" / f"{rig}.yaml", Overrides(engine="llama.cpp", host_bandwidth=60e9))
+    pm = LlamaFields.of(p).llama_memory
+    local = [h == p.hosts[0] for h in p.hosts]
+    g, f, backend, stored = pm.geometry, pm.flags, pm.offload_min_batch, pm.stored
+    several = None if not backend else not all(local)
+    lean = runclass._offload_roles(g, f, backend, stored, several, alone=False)
+    full = runclass._offload_roles(g, f, backend, stored, several, alone=True)
+    assert all(r.only is None for r in lean) and all(r.only is not None for r in full)
+    assert [(r.first, r.middle, r.last) for r in lean] == [(r.first, r.middle, r.last) for r in full]
+    assert runclass.class_counts(g, f, local, backend, stored, bool(backend), False) == tuple(
+        runclass._counts(c.name, c.held, kinds, False)
+        for c, kinds in zip(
+            runclass.class_counts(g, f, local, backend, stored, bool(backend), False),
+            _kinds(g, f, local, full),
+            strict=True,
+        )
+    )
+    assert runclass.class_counts(g, f, local, backend, stored, bool(backend), True)  # idle: counted
+
+
+def _kinds(g, f, local: list[bool], roles) -> list[list[memory.Roles]]:
+    """Each class's roles per GPU from the offload roles ``roles`` (main machine, others), with ``only``."""
+    on = memory.pipeline_roles(g, f, True)
+    main, other = roles
+    by = {"bound": (on.most(main), on.most(other)), "pipeline": (on, on), "offload": (main, other)}
+    return [[here if h else there for h in local] for here, there in by.values()]

@@ -1520,16 +1520,20 @@ def run_flags(context: int, n_ubatch: int, flash_attn: bool, kv_type: str) -> Fl
 class Roles:
     """A device's compute buffer by its role in a layer split: ``first`` (the input layers), ``middle``,
     ``last`` (the output layer: logits and the final norm are graph outputs, never freed) and ``only``
-    (one device runs everything, with no pipeline parallelism)."""
+    (one device runs everything, with no pipeline parallelism; None where it is not counted: no plan of
+    the rig runs on one device alone)."""
 
     first: int
     middle: int
     last: int
-    only: int
+    only: int | None
 
     def most(self, other: Roles) -> Roles:
-        """Each role's larger figure of the two."""
-        return Roles(*(max(a, b) for a, b in zip(dataclasses.astuple(self), dataclasses.astuple(other))))
+        """Each role's larger figure of the two (``only`` None where either is)."""
+        only = None if self.only is None or other.only is None else max(self.only, other.only)
+        return Roles(
+            max(self.first, other.first), max(self.middle, other.middle), max(self.last, other.last), only
+        )
 
 
 #: An override that matches no weight: the placement of no override, with pipeline parallelism off.

@@ -48,16 +48,23 @@ def _counts(name: str, held: bool, kinds: list[memory.Roles], idle: bool) -> Cou
     (a stage may fall to any GPU); one GPU alone its ``only`` figure (with idle GPUs, any GPU may run the
     whole model: the last stage's extra covers it)."""
     if len(kinds) == 1:
-        return Counts(name, held, (kinds[0].only,), 0, 0)
+        return Counts(name, held, (_only(kinds[0]),), 0, 0)
     head = max(max(r.first - r.middle, 0) for r in kinds)
     tail = max(max(r.last - r.middle, 0) for r in kinds)
     if idle:
-        tail += max(max(r.only - (r.middle + head + tail), 0) for r in kinds)
+        tail += max(max(_only(r) - (r.middle + head + tail), 0) for r in kinds)
     return Counts(name, held, tuple(r.middle for r in kinds), head, tail)
 
 
+def _only(r: memory.Roles) -> int:
+    """The ``only`` figure, counted wherever a plan may run on one device alone."""
+    if r.only is None:
+        raise AssertionError("a plan may run on one device alone, but its figure was not counted")
+    return r.only
+
+
 def _offload_roles(
-    g: memory.Geometry, flags: memory.Flags, backend: int, stored: tuple, several: bool | None
+    g: memory.Geometry, flags: memory.Flags, backend: int, stored: tuple, several: bool | None, alone: bool
 ) -> tuple[memory.Roles, memory.Roles]:
     """The roles' figures with expert tensors in host memory, on the main machine's GPUs and on the
     others: the most any kinds of them in every layer take (``memory.host_tensor_compute``), or the
@@ -65,15 +72,16 @@ def _offload_roles(
     (the CPU runs them); False on one machine, whose first device offloads (it runs the first stage);
     True over several, where the first GPU of the main machine offloads, which may run any stage, so
     every GPU there counts each role's offloading figure and a remote one the most it takes while
-    another device offloads."""
+    another device offloads. ``alone``: whether a plan may run on one device alone (``only`` is
+    counted; its seven placements are simulated only then)."""
     off = memory.pipeline_roles(g, flags, False)
     if several is None:
         first, middle, last = memory.host_tensor_compute(g, flags, 0, stored, 3, 0)
         last = max(last, memory.last_layer_host_compute(g, flags, stored))
-        one = memory.host_tensor_compute(g, flags, 0, stored, 1, 0)
-        plain = off.most(memory.Roles(first, middle, last, one[0]))
+        one = memory.host_tensor_compute(g, flags, 0, stored, 1, 0)[0] if alone else None
+        plain = off.most(memory.Roles(first, middle, last, one))
         return plain, plain
-    only = memory.offload_compute(g, flags, backend, stored, "only")
+    only = memory.offload_compute(g, flags, backend, stored, "only") if alone else None
     by = {
         o: memory.host_tensor_compute(g, flags, backend, stored, 3, o)
         for o in ((0, 1, 2) if several else (0,))
@@ -100,7 +108,8 @@ def class_counts(
     (``local``), where the op offload (from ``backend``'s batch; ``stored``: the weights' bytes) runs
     the host expert tensors' products on a GPU (``offloads``) or not."""
     on = memory.pipeline_roles(g, flags, True)
-    main, other = _offload_roles(g, flags, backend, stored, (not all(local)) if offloads else None)
+    several = (not all(local)) if offloads else None
+    main, other = _offload_roles(g, flags, backend, stored, several, len(local) == 1 or idle)
     kinds = {
         BOUND: (on.most(main), on.most(other)),
         PIPELINE: (on, on),
