@@ -10,7 +10,7 @@ import re
 import pytest
 
 from solver.engines.llamacpp import otrules
-from solver.engines.llamacpp.otrules import MAX_PATTERN, block_rule, found, pattern_fault
+from solver.engines.llamacpp.otrules import MAX_PATTERN, Names, block_rule, pattern_fault
 
 #: Rests of ``blk\.N\.`` that the fast path takes, and ones it must leave to the whole pattern.
 RESTS = [
@@ -101,7 +101,7 @@ def test_a_blocks_rule_finds_what_re_search_finds(block, rest):
     want = _searched(pattern, NAMES)
     assert pattern_fault(pattern) == _reference_fault(pattern)
     if want is not None:
-        assert found(pattern, NAMES) == want
+        assert Names(NAMES).found(pattern) == want
 
 
 @pytest.mark.parametrize("pattern", RESTS)
@@ -109,7 +109,7 @@ def test_any_other_pattern_finds_what_re_search_finds(pattern):
     assert pattern_fault(pattern) == _reference_fault(pattern)
     want = _searched(pattern, NAMES)
     if want is not None:
-        assert found(pattern, NAMES) == want
+        assert Names(NAMES).found(pattern) == want
 
 
 def test_the_fast_path_takes_fits_rules_and_leaves_the_rest():
@@ -137,4 +137,4 @@ def test_random_patterns_find_what_re_search_finds():
             assert pattern_fault(pattern) == _reference_fault(pattern), pattern
             want = _searched(pattern, NAMES)
             if want is not None:
-                assert found(pattern, NAMES) == want, pattern
+                assert Names(NAMES).found(pattern) == want, pattern

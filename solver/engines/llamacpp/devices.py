@@ -26,7 +26,7 @@ from solver.engines.llamacpp.args import LlamaArgs
 from solver.engines.llamacpp.fields import LlamaFields
 from solver.engines.llamacpp.flags import FFN_EXPS_REGEX, MAX_BLOCKS
 from solver.engines.llamacpp.layout import slot_devices
-from solver.engines.llamacpp.otrules import found
+from solver.engines.llamacpp.otrules import Names
 from solver.engines.llamacpp.tensors import Costs, base_tensor
 from solver.errors import ArgsError
 from solver.problem.problem import Problem
@@ -170,25 +170,17 @@ def layer_devices(p: Problem, args: LlamaArgs, dev: Devices) -> tuple[list[int],
     return gpus[: p.n_layers], gpus[n_blocks]
 
 
-@functools.lru_cache(maxsize=4096)
 def _dense_hit(pattern: str, n_blocks: int) -> str | None:
-    """The first dense tensor of blocks 0..n_blocks-1 an -ot rule's pattern finds, if any (cached: fit's
+    """The first dense tensor of blocks 0..n_blocks-1 an -ot rule's pattern finds, if any (kept: fit's
     dry runs and a score repeat the same rules)."""
     names = _dense_names(n_blocks)
-    return next((names[i] for i in found(pattern, names)), None)
+    return next((names.names[i] for i in names.found(pattern)), None)
 
 
-@functools.cache
-def _dense_names(n_blocks: int) -> tuple[str, ...]:
+@functools.lru_cache(maxsize=8)
+def _dense_names(n_blocks: int) -> Names:
     """The dense tensors of blocks 0..n_blocks-1, block by block."""
-    return tuple(f"blk.{i}.{t}" for i in range(n_blocks) for t in DENSE_TENSORS)
-
-
-@functools.lru_cache(maxsize=1024)
-def _found(pattern: str, names: tuple[str, ...]) -> tuple[str, ...]:
-    """The names an -ot rule's pattern finds (cached: fit's dry runs search the same rules over the same
-    tensors)."""
-    return tuple(names[i] for i in found(pattern, names))
+    return Names(tuple(f"blk.{i}.{t}" for i in range(n_blocks) for t in DENSE_TENSORS))
 
 
 def _mains(names: tuple[str, ...]) -> list[str]:
@@ -223,20 +215,21 @@ class _UnitTensors:
 @functools.lru_cache(maxsize=8)
 def _unit_tensors(
     unit_names: tuple[tuple[str, ...], ...], order: tuple[int, ...], layer: tuple[int, ...]
-) -> tuple[_UnitTensors, ...]:
-    """Each unit's tensors in Costs order (``order``: the units, ``layer``: theirs), built once: fit's
-    dry runs and a score place the same units again and again."""
+) -> tuple[tuple[_UnitTensors, ...], Names]:
+    """Each unit's tensors in Costs order (``order``: the units, ``layer``: theirs) and every full name
+    among them, built once: fit's dry runs and a score place the same units again and again."""
     out = []
     for u, la in zip(order, layer):
         names = unit_names[u]
         mains = _mains(names)
         companions = tuple(tuple(n for n in names if n != name and base_tensor(n) == name) for name in mains)
-        full = tuple(
+        named = tuple(
             (Offload(la, name).name, tuple(Offload(la, x).name for x in comp))
             for name, comp in zip(mains, companions)
         )
-        out.append(_UnitTensors(la, full, tuple(mains), companions))
-    return tuple(out)
+        out.append(_UnitTensors(la, named, tuple(mains), companions))
+    full = dict.fromkeys(x for unit in out for main, comp in unit.mains for x in (main, *comp))
+    return tuple(out), Names(tuple(full))
 
 
 def placed_bytes(
@@ -262,25 +255,23 @@ def placed_bytes(
             )
 
     names = tuple(LlamaFields.of(p).unit_names)
-    tensors = _unit_tensors(names, tuple(c.order.tolist()), tuple(c.layer.tolist()))
-    full = tuple(dict.fromkeys(x for unit in tensors for main, comp in unit.mains for x in (main, *comp)))
+    tensors, full = _unit_tensors(names, tuple(c.order.tolist()), tuple(c.layer.tolist()))
     first: dict[str, int] = {}
     for (pattern, _), target in zip(rules, targets):
-        for name in _found(pattern, full):
-            first.setdefault(name, target)
+        for i in full.found(pattern):
+            first.setdefault(full.names[i], target)
 
     k = p.n_gpus
-    out = np.zeros((len(c.layer), k + 1), dtype=np.int64)
+    out = [[0] * (k + 1) for _ in tensors]
     cpu_names: list[list[str]] = []
     parted: list[str] = []
-    for i, unit in enumerate(tensors):
+    for row, unit, size in zip(out, tensors, c.size.tolist()):
         home = layers[unit.layer]
-        size = int(c.size[i])
         on_cpu = []
         n = len(unit.mains)
         for j, (name, companions) in enumerate(unit.mains):
             d = first.get(name, home)
-            out[i, d if d != CPU else k] += size * (j + 1) // n - size * j // n
+            row[d if d != CPU else k] += size * (j + 1) // n - size * j // n
             parted += [other for other in companions if first.get(other, home) != d]
             if d == CPU:
                 on_cpu += [unit.short[j], *unit.companions[j]]
@@ -290,4 +281,4 @@ def placed_bytes(
             f"{len(parted)} bias or scale tensors ({parted[0]}, ...) are sent elsewhere than their expert "
             f"tensor; the score keeps each with its tensor"
         )
-    return out, cpu_names, notes
+    return np.array(out, dtype=np.int64).reshape(len(tensors), k + 1), cpu_names, notes

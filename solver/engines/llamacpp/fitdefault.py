@@ -30,7 +30,7 @@ from __future__ import annotations
 import functools
 import shlex
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from solver.engines.base import Engine
 from solver.engines.export import LLAMA_MAX_SPLITS, Offload
@@ -52,7 +52,7 @@ from solver.engines.llamacpp.fit import (
     UserParams,
     fit,
 )
-from solver.engines.llamacpp.otrules import found
+from solver.engines.llamacpp.otrules import Names
 from solver.engines.llamacpp.score import run_problem, score
 from solver.engines.llamacpp.tensors import Costs
 from solver.problem.baselines import Baseline
@@ -145,26 +145,17 @@ class ExactOracle:
     rig: FitRig
     pm: memory.PlanMemory
 
-    _matched: dict[str, tuple[tuple[int, str], ...]] = field(
-        default_factory=dict, init=False, repr=False, compare=False
-    )
-
     @functools.cached_property
-    def _ffn_names(self) -> tuple[tuple[tuple[int, str], str], ...]:
-        """Each layer's FFN tensors the model file lists, (layer, kind), with its GGUF name."""
-        return tuple(
-            ((layer, name), Offload(layer, name).name)
-            for name, _ in self.pm.ffn
-            for layer in range(len(self.pm.dense))
-        )
+    def _ffn_tensors(self) -> tuple[tuple[tuple[int, str], ...], Names]:
+        """Each layer's FFN tensors the model file lists, (layer, kind), and their GGUF names, each
+        pattern's matches kept: fit's dry runs repeat their patterns over many placements."""
+        keys = tuple((layer, name) for name, _ in self.pm.ffn for layer in range(len(self.pm.dense)))
+        return keys, Names(tuple(Offload(layer, name).name for layer, name in keys))
 
     def _matching(self, pattern: str) -> tuple[tuple[int, str], ...]:
-        """The FFN tensors an ``-ot`` pattern selects (``std::regex_search``), matched once: fit's dry
-        runs repeat their patterns over many placements."""
-        if pattern not in self._matched:
-            names = tuple(name for _, name in self._ffn_names)  # the same tuple each time: kept by otrules
-            self._matched[pattern] = tuple(self._ffn_names[i][0] for i in found(pattern, names))
-        return self._matched[pattern]
+        """The FFN tensors an ``-ot`` pattern selects (``std::regex_search``)."""
+        keys, names = self._ffn_tensors
+        return tuple(keys[i] for i in names.found(pattern))
 
     def __call__(self, run: DryRun) -> Measurement:
         words = [*self.rig.words, *run.args()[2:], *kv_words(self.p)]

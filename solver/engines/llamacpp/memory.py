@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING
 
 from solver.engines.llamacpp import ggmlalloc
 from solver.engines.llamacpp.ggmlalloc import Graph, Tensor, row_size
-from solver.engines.llamacpp.otrules import found
+from solver.engines.llamacpp.otrules import Names
 from solver.errors import InputError
 from solver.units import per_layer
 
@@ -370,12 +370,17 @@ def _weight_slots(g: Geometry) -> tuple[tuple[str, int], ...]:
     return tuple(out)
 
 
-@functools.lru_cache(maxsize=4096)
 def _matching(g: Geometry, pattern: str) -> tuple[str, ...]:
     """The weights an ``-ot`` pattern selects (``std::regex_search``); a --fit run repeats its patterns
     over tens of placements, so each is matched once."""
-    names = _weight_names(g)
-    return tuple(names[i] for i in found(pattern, names))
+    names = _weight_index(g)
+    return tuple(names.names[i] for i in names.found(pattern))
+
+
+@functools.lru_cache(maxsize=8)
+def _weight_index(g: Geometry) -> Names:
+    """The weights' names, to search with ``-ot`` patterns."""
+    return Names(_weight_names(g))
 
 
 @functools.lru_cache(maxsize=8)

@@ -123,33 +123,40 @@ def _bar_on_top(text: str) -> bool:
     return False
 
 
-def found(pattern: str, names: tuple[str, ...]) -> tuple[int, ...]:
-    """The positions of the names in which ``re.search(pattern, name)`` finds something, in order."""
-    rule = block_rule(pattern)
-    if rule is None:
-        search = re.compile(pattern).search
-        return tuple(i for i, name in enumerate(names) if search(name))
-    block, rest = rule
-    by_block, others = _by_block(names)
-    at, match = len(block) + 5, _plain_rest(rest).match  # type: ignore[union-attr]
-    hits = [i for i in by_block.get(block, ()) if match(names[i], at)]
-    if others:
-        search = re.compile(pattern).search
-        hits = sorted([*hits, *(i for i in others if search(names[i]))])
-    return tuple(hits)
+class Names:
+    """Tensor names to search with ``-ot`` patterns, put by block once (the names ``blk.N.<rest>``
+    whose rest holds no ``blk``, by N as written; the other names that hold ``blk``), and each
+    pattern's matches kept: fit's dry runs search the same rules over the same names."""
 
+    def __init__(self, names: tuple[str, ...]) -> None:
+        self.names = names
+        self.by_block: dict[str, list[int]] = {}
+        self.others: list[int] = []  # a block's rule can find no name that holds no ``blk``
+        for i, name in enumerate(names):
+            dot = name.find(".", 4)
+            if name.startswith("blk.") and name.find("blk", 1) < 0:
+                if dot > 4:
+                    self.by_block.setdefault(name[4:dot], []).append(i)
+            elif "blk" in name:
+                self.others.append(i)
+        self.matched: dict[str, tuple[int, ...]] = {}
 
-@functools.lru_cache(maxsize=16)
-def _by_block(names: tuple[str, ...]) -> tuple[dict[str, list[int]], list[int]]:
-    """The positions of the names ``blk.N.<rest>`` whose rest holds no ``blk``, by N as written, and
-    of the other names that hold ``blk`` (a block's rule can find no name that holds none)."""
-    by_block: dict[str, list[int]] = {}
-    others = []
-    for i, name in enumerate(names):
-        dot = name.find(".", 4)
-        if name.startswith("blk.") and name.find("blk", 1) < 0:
-            if dot > 4:
-                by_block.setdefault(name[4:dot], []).append(i)
-        elif "blk" in name:
-            others.append(i)
-    return by_block, others
+    def found(self, pattern: str) -> tuple[int, ...]:
+        """The positions of the names in which ``re.search(pattern, name)`` finds something, in order."""
+        if pattern not in self.matched:
+            self.matched[pattern] = self._search(pattern)
+        return self.matched[pattern]
+
+    def _search(self, pattern: str) -> tuple[int, ...]:
+        names = self.names
+        rule = block_rule(pattern)
+        if rule is None:
+            search = re.compile(pattern).search
+            return tuple(i for i, name in enumerate(names) if search(name))
+        block, rest = rule
+        at, match = len(block) + 5, _plain_rest(rest).match  # type: ignore[union-attr]
+        hits = [i for i in self.by_block.get(block, ()) if match(names[i], at)]
+        if self.others:
+            search = re.compile(pattern).search
+            hits = sorted([*hits, *(i for i in self.others if search(names[i]))])
+        return tuple(hits)
