@@ -280,7 +280,7 @@ class Engine:
     #: The engine's defaults a plan can be set beside (``--default``), the first unless one is named.
     defaults: tuple[str, ...] = ()
     #: Whether ``default_split`` is a search of its own (tenths of a second), worth computing beside the
-    #: plan in a child process (solver.background) rather than after it.
+    #: plan in a child process (solver.planning.background) rather than after it.
     default_searches = False
 
     def default_split(self, p: Problem, which: str | None = None) -> Baseline | None:

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from solver.background import Pending
 from solver.engines import engine_of, evaluate
+from solver.planning.background import Pending
 from solver.planning.classes import Built, Solved, placed_in, settled, solve_classes
 from solver.planning.hints import Hint, Reload, hints_of
 from solver.planning.infeasible import explain
@@ -120,7 +120,7 @@ def plan_rig(
     problem of the same files with other settings, for the hints, which only a run given it has;
     ``built``: the problem's classes and tables, where they are built already; ``with_default``: False
     leaves ``Result.default`` None, for a plan that is not shown). A default that is a search of its
-    own does not depend on the plan, so it is computed beside it (``solver.background``)."""
+    own does not depend on the plan, so it is computed beside it (``solver.planning.background``)."""
     if not with_default:
         return _planned(p, limits, check, policy, reload, built)
     engine = engine_of(p)

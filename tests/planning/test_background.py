@@ -1,22 +1,20 @@
-"""A computation beside the main line (solver.background): the child's value is the inline one, a child
-that delivers nothing is computed again inline, a child is ended when its result is not read, and the
-plan's default, computed so, is the one computed inline."""
+"""A computation beside the main line (solver.planning.background): the child's value is the inline
+one, a child that delivers nothing is computed again inline, a child is ended when its result is not
+read, and the plan's default, computed so, is the one computed inline."""
 
 from __future__ import annotations
 
 import os
 import signal
 import time
-from pathlib import Path
 
 import pytest
 
-from solver import background
-from solver.background import JOBS_ENV, Pending
+from solver.planning import background
+from solver.planning.background import JOBS_ENV, Pending
 from solver.planning.planner import plan_rig
 from solver.planning.resolve import load_problem
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.conftest import ROOT
 
 #: Seconds leaving a block may take with its child ended: only catches a wait for the child's end.
 HANG_S = 20
