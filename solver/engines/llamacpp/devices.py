@@ -272,7 +272,8 @@ def placed_bytes(
         for j, (name, companions) in enumerate(unit.mains):
             d = first.get(name, home)
             row[d if d != CPU else k] += size * (j + 1) // n - size * j // n
-            parted += [other for other in companions if first.get(other, home) != d]
+            if companions:
+                parted += [other for other in companions if first.get(other, home) != d]
             if d == CPU:
                 on_cpu += [unit.short[j], *unit.companions[j]]
         cpu_names.append(on_cpu)

@@ -36,14 +36,10 @@ def slot_devices(weights: np.ndarray, n_blocks: int, n_gpu_layers: int) -> list[
     splits = splits / splits[-1]
     start = max(n_blocks + 1 - n_gpu_layers, 0)
     act = min(n_gpu_layers, n_blocks + 1)
-    out: list[int | None] = []
-    for il in range(n_blocks + 1):
-        if il < start or il - start >= act:
-            out.append(None)
-            continue
-        x = np.float32(il - start) / np.float32(act)
-        out.append(min(int(np.searchsorted(splits, x, side="right")), len(splits) - 1))
-    return out
+    head = min(start, n_blocks + 1)
+    x = np.arange(max(min(act, n_blocks + 1 - head), 0), dtype=np.float32) / np.float32(act)  # as float32
+    on = np.minimum(np.searchsorted(splits, x, side="right"), len(splits) - 1).tolist()
+    return [None] * head + on + [None] * (n_blocks + 1 - head - len(on))
 
 
 def free_memory_split(free: np.ndarray, n_layers: int, extra_blocks: int = 0) -> list[int]:
