@@ -141,6 +141,15 @@ def random_case(seed: int) -> tuple[Units, list[np.ndarray], list[np.ndarray]]:
     return units, carried, rooms[: rng.integers(1, 4)]
 
 
+def _assert_same(want: list, got: list) -> None:
+    """Every cell's key, bytes and carried sums alike, bit for bit."""
+    for w, g in zip(want, got, strict=True):
+        assert np.array_equal(w.key, g.key)
+        assert np.array_equal(w.size, g.size)
+        for a, b in zip(w.sums, g.sums, strict=True):
+            assert np.array_equal(a, b)
+
+
 @pytest.mark.parametrize("packed", [True, False])
 @pytest.mark.parametrize("seed", range(150))
 def test_fill_dp_of_repeated_layers_is_the_dp_of_every_start(seed, packed, monkeypatch):
@@ -151,13 +160,8 @@ def test_fill_dp_of_repeated_layers_is_the_dp_of_every_start(seed, packed, monke
     units, carried, rooms = random_case(seed)
     n_states = max(int(units.size.sum()), 1) // 4 + 1
     assert isinstance(fill._states(units, 1, n_states), fill._PackedStates if packed else fill._PairStates)
-    want = every_start_over_every_layer(units, carried, rooms)
     got = dense_tables(units, carried, rooms)
-    for w, g in zip(want, got, strict=True):
-        assert np.array_equal(w.key, g.key)
-        assert np.array_equal(w.size, g.size)
-        for a, b in zip(w.sums, g.sums, strict=True):
-            assert np.array_equal(a, b)
+    _assert_same(every_start_over_every_layer(units, carried, rooms), got)
     rng = np.random.default_rng(seed)
     for r, g in zip(rooms, got):
         cells = np.argwhere((r >= 0) & np.triu(np.ones(r.shape[1:], dtype=bool), k=1))
@@ -202,12 +206,7 @@ def test_cells_sharing_a_walk_across_room_arrays():
     first[1] = first[0]
     rooms = [first, first[:1].copy(), np.minimum(first, 20)]
     assert fill._Repeats.of(units, carried).skip.any()
-    want = every_start_over_every_layer(units, carried, rooms)
     got = dense_tables(units, carried, rooms)
-    for w, g in zip(want, got, strict=True):
-        assert np.array_equal(w.key, g.key)
-        assert np.array_equal(w.size, g.size)
-        for a, b in zip(w.sums, g.sums, strict=True):
-            assert np.array_equal(a, b)
+    _assert_same(every_start_over_every_layer(units, carried, rooms), got)
     none = dense_tables(units, carried, [np.zeros((1, n + 1, n + 1), dtype=np.int64)])[0]
     assert none.sums[0][0, 0, n] == n  # a room of no bytes holds each layer's unit of none
