@@ -241,10 +241,10 @@ def placed_bytes(
     blocks = {pattern: _moe_block(pattern) for pattern, _ in args.overrides}
     # -ncmoe rules past the last block match nothing, so are not searched.
     given = [(pattern, buft) for pattern, buft in args.overrides if (blocks[pattern] or 0) < n_blocks]
-    rules = [(pattern, f"{pattern}={buft}") for pattern, buft in given]
-    targets = [dev.of_buffer(buft, f"{pattern}={buft}") for pattern, buft in given]
+    rules = [(pattern, buft, f"{pattern}={buft}") for pattern, buft in given]
+    targets = [dev.of_buffer(buft, shown) for _, buft, shown in rules]
     notes = []
-    for pattern, shown in rules:
+    for pattern, _, shown in rules:
         if blocks[pattern] is not None:
             continue
         hit = _dense_hit(pattern, n_blocks)
@@ -257,7 +257,7 @@ def placed_bytes(
     names = tuple(LlamaFields.of(p).unit_names)
     tensors, full = _unit_tensors(names, tuple(c.order.tolist()), tuple(c.layer.tolist()))
     first: dict[str, int] = {}
-    for (pattern, _), target in zip(rules, targets):
+    for (pattern, _, _), target in zip(rules, targets):
         for i in full.found(pattern):
             first.setdefault(full.names[i], target)
 
